@@ -1,0 +1,98 @@
+"""The ``shoal`` command: ``broker`` (a Kafka-style server.properties) and ``up`` (embedded defaults)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import uvloop
+
+from shoal.config import Config, ConfigError, parse_overrides, parse_properties
+
+app = typer.Typer(help="Shoal: a Kafka-compatible broker with diskless topics on object storage.", no_args_is_help=True)
+
+Overrides = Annotated[
+    list[str] | None, typer.Option("--override", help="Set a config, key=value (repeatable), as kafka-server-start does.")
+]
+
+
+def _setup_logging() -> None:
+    logging.basicConfig(
+        level=logging.INFO,
+        format="[%(asctime)s] %(levelname)s %(message)s (%(name)s)",
+        stream=sys.stderr,
+    )
+
+
+def _run(raw: dict[str, str]) -> None:
+    _setup_logging()
+    try:
+        config = Config.from_raw(raw)
+    except ConfigError as exc:
+        typer.echo(f"Invalid configuration: {exc}", err=True)
+        raise typer.Exit(2) from None
+    uvloop.run(_serve(config))
+
+
+async def _serve(config: Config) -> None:
+    from shoal.server.broker import Broker  # the CLI is the only place that builds a broker
+
+    broker = Broker(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await broker.start()
+    await stop.wait()
+    await broker.stop()
+
+
+@app.command()
+def broker(
+    config_file: Annotated[Path, typer.Argument(help="server.properties with Kafka config names")],
+    override: Overrides = None,
+) -> None:
+    """Start a broker from a server.properties file."""
+    try:
+        raw = parse_properties(config_file.read_text())
+        raw.update(parse_overrides(override or []))
+    except (OSError, ConfigError) as exc:
+        typer.echo(f"Cannot read configuration: {exc}", err=True)
+        raise typer.Exit(2) from None
+    _run(raw)
+
+
+@app.command()
+def up(
+    data_dir: Annotated[Path, typer.Option("--data-dir", help="Where all state lives.")] = Path("shoal-data"),
+    override: Overrides = None,
+) -> None:
+    """Start a single node on embedded defaults: SQLite metadata, local-directory objects, 127.0.0.1:9092."""
+    data_dir = data_dir.resolve()
+    raw = {
+        "node.id": "1",
+        "process.roles": "broker,controller",
+        "listeners": "PLAINTEXT://127.0.0.1:9092",
+        "log.dirs": str(data_dir / "logs"),
+        "diskless.system.enable": "true",
+        "diskless.storage.url": str(data_dir / "objects"),
+    }
+    try:
+        raw.update(parse_overrides(override or []))
+    except ConfigError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    _run(raw)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

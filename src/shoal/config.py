@@ -1,0 +1,401 @@
+"""Broker and topic configurations: Kafka's names, types, defaults and validation.
+
+Every config a user can set is declared here once, with its documentation, so the
+configuration reference in ``docs/configuration.md`` and DescribeConfigs both come
+from the same table (``python -m shoal.config`` prints the reference).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+
+class ConfigType(Enum):
+    BOOLEAN = "BOOLEAN"
+    STRING = "STRING"
+    INT = "INT"
+    SHORT = "SHORT"
+    LONG = "LONG"
+    DOUBLE = "DOUBLE"
+    LIST = "LIST"
+
+
+class ConfigError(ValueError):
+    """An invalid configuration; the message is the one Kafka would print."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigDef:
+    name: str
+    type: ConfigType
+    default: Any
+    doc: str
+    validator: Callable[[Any], str | None] | None = None
+    # For topic configs: the broker config that supplies the default (Kafka's "synonym").
+    broker_synonym: str | None = None
+
+    def parse(self, raw: Any) -> Any:
+        """Convert a raw (usually string) value to this config's type, or raise ConfigError."""
+        value = _convert(self, raw)
+        if self.validator is not None and value is not None:
+            problem = self.validator(value)
+            if problem:
+                raise ConfigError(f"Invalid value {raw} for configuration {self.name}: {problem}")
+        return value
+
+
+def _convert(d: ConfigDef, raw: Any) -> Any:
+    if raw is None:
+        return None
+    if d.type is ConfigType.BOOLEAN:
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text in ("true", "false"):
+            return text == "true"
+        raise ConfigError(f"Invalid value {raw} for configuration {d.name}: Expected value to be either true or false")
+    if d.type in (ConfigType.INT, ConfigType.SHORT, ConfigType.LONG):
+        bits = {ConfigType.INT: 31, ConfigType.SHORT: 15, ConfigType.LONG: 63}[d.type]
+        try:
+            value = int(str(raw).strip())
+        except ValueError:
+            raise ConfigError(
+                f"Invalid value {raw} for configuration {d.name}: Not a number of type {d.type.value}"
+            ) from None
+        if not -(2**bits) <= value < 2**bits:
+            raise ConfigError(f"Invalid value {raw} for configuration {d.name}: Not a number of type {d.type.value}")
+        return value
+    if d.type is ConfigType.DOUBLE:
+        try:
+            return float(str(raw).strip())
+        except ValueError:
+            raise ConfigError(f"Invalid value {raw} for configuration {d.name}: Not a number of type DOUBLE") from None
+    if d.type is ConfigType.LIST:
+        if isinstance(raw, list | tuple):
+            return [str(x) for x in raw]
+        text = str(raw).strip()
+        return [part.strip() for part in text.split(",") if part.strip()] if text else []
+    return str(raw)
+
+
+def at_least(minimum: int) -> Callable[[Any], str | None]:
+    return lambda v: None if v >= minimum else f"Value must be at least {minimum}"
+
+
+def one_of(*choices: str) -> Callable[[Any], str | None]:
+    def check(v: Any) -> str | None:
+        values = v if isinstance(v, list) else [v]
+        for item in values:
+            if item not in choices:
+                return f"String must be one of: {', '.join(choices)}"
+        return None
+
+    return check
+
+
+MiB = 1024 * 1024
+
+BROKER_CONFIGS: dict[str, ConfigDef] = {
+    d.name: d
+    for d in [
+        ConfigDef("node.id", ConfigType.INT, 1, "The node id of this broker (and controller).", at_least(0)),
+        ConfigDef(
+            "process.roles",
+            ConfigType.LIST,
+            ["broker", "controller"],
+            "The roles this process plays. The controller role is held by one broker at a time "
+            "through a lease in the metadata store.",
+            one_of("broker", "controller"),
+        ),
+        ConfigDef(
+            "listeners",
+            ConfigType.LIST,
+            ["PLAINTEXT://:9092"],
+            "Comma-separated listener URIs (only PLAINTEXT for now). An empty host binds all interfaces.",
+        ),
+        ConfigDef(
+            "advertised.listeners",
+            ConfigType.LIST,
+            None,
+            "Listeners published to clients in Metadata; defaults to `listeners` (an empty host "
+            "is advertised as the machine's host name).",
+        ),
+        ConfigDef("log.dirs", ConfigType.LIST, None, "The directories where log data is kept; defaults to `log.dir`."),
+        ConfigDef("log.dir", ConfigType.STRING, "/tmp/kafka-logs", "The log directory used when `log.dirs` is unset."),
+        ConfigDef(
+            "metadata.log.dir",
+            ConfigType.STRING,
+            None,
+            "Where the node keeps its cluster metadata (the SQLite metadata store: metadata log "
+            "and Batch Coordinator tables). Defaults to the first of `log.dirs`.",
+        ),
+        ConfigDef("broker.rack", ConfigType.STRING, None, "The rack (availability zone) of this broker."),
+        ConfigDef("num.partitions", ConfigType.INT, 1, "Default number of partitions of a new topic.", at_least(1)),
+        ConfigDef(
+            "default.replication.factor",
+            ConfigType.SHORT,
+            1,
+            "Default replication factor of a new topic.",
+            at_least(1),
+        ),
+        ConfigDef(
+            "auto.create.topics.enable",
+            ConfigType.BOOLEAN,
+            True,
+            "Create a topic (of the default, classic kind) when a client asks for metadata of an unknown topic.",
+        ),
+        ConfigDef(
+            "delete.topic.enable", ConfigType.BOOLEAN, True, "Whether DeleteTopics may delete topics."
+        ),
+        ConfigDef(
+            "message.max.bytes",
+            ConfigType.INT,
+            1048588,
+            "The largest record batch size allowed (default for the topic config `max.message.bytes`).",
+            at_least(0),
+        ),
+        ConfigDef(
+            "socket.request.max.bytes",
+            ConfigType.INT,
+            104857600,
+            "The largest request frame the broker reads; larger frames close the connection.",
+            at_least(1),
+        ),
+        ConfigDef(
+            "log.retention.ms",
+            ConfigType.LONG,
+            604800000,
+            "Default of the topic config `retention.ms`.",
+        ),
+        ConfigDef("log.retention.bytes", ConfigType.LONG, -1, "Default of the topic config `retention.bytes`."),
+        ConfigDef(
+            "log.message.timestamp.type",
+            ConfigType.STRING,
+            "CreateTime",
+            "Default of the topic config `message.timestamp.type`.",
+            one_of("CreateTime", "LogAppendTime"),
+        ),
+        ConfigDef(
+            "compression.type",
+            ConfigType.STRING,
+            "producer",
+            "Default of the topic config `compression.type`.",
+            one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
+        ),
+        ConfigDef(
+            "diskless.system.enable",
+            ConfigType.BOOLEAN,
+            False,
+            "Enables diskless topics on this broker (KIP-1163). `shoal up` turns it on.",
+        ),
+        ConfigDef(
+            "diskless.storage.url",
+            ConfigType.STRING,
+            None,
+            "Where diskless WAL segment objects are stored: a directory path or `file:///dir` "
+            "(local directory), `s3://bucket/prefix?endpoint=...&region=...` (any S3-compatible "
+            "store), or `memory://` (tests). Defaults to the directory `diskless-objects` beside "
+            "the metadata store. Takes the place of KIP-1163's `diskless.storage.class.name`.",
+        ),
+        ConfigDef(
+            "diskless.append.commit.interval.ms",
+            ConfigType.INT,
+            250,
+            "How long the broker buffers produced batches before closing a WAL segment object "
+            "for upload and commit.",
+            at_least(1),
+        ),
+        ConfigDef(
+            "diskless.append.buffer.max.bytes",
+            ConfigType.INT,
+            4 * MiB,
+            "The size at which the active WAL segment is closed for upload before the commit interval ends.",
+            at_least(1024),
+        ),
+        ConfigDef(
+            "diskless.fetch.cache.max.bytes",
+            ConfigType.LONG,
+            128 * MiB,
+            "Memory for the cache of WAL segment byte ranges read by Fetch (recent uploads are put "
+            "there too, so tailing consumers rarely GET).",
+            at_least(0),
+        ),
+    ]
+}
+
+
+TOPIC_CONFIGS: dict[str, ConfigDef] = {
+    d.name: d
+    for d in [
+        ConfigDef(
+            "diskless.enable",
+            ConfigType.BOOLEAN,
+            False,
+            "Makes the topic diskless (KIP-1163). Settable only when the topic is created.",
+        ),
+        ConfigDef("retention.ms", ConfigType.LONG, None, "How long data is kept.", at_least(-1), "log.retention.ms"),
+        ConfigDef(
+            "retention.bytes", ConfigType.LONG, None, "How much data a partition keeps.", None, "log.retention.bytes"
+        ),
+        ConfigDef(
+            "cleanup.policy",
+            ConfigType.LIST,
+            ["delete"],
+            "delete (retention) or compact.",
+            one_of("delete", "compact"),
+        ),
+        ConfigDef(
+            "max.message.bytes",
+            ConfigType.INT,
+            None,
+            "The largest record batch size allowed in this topic.",
+            at_least(0),
+            "message.max.bytes",
+        ),
+        ConfigDef(
+            "message.timestamp.type",
+            ConfigType.STRING,
+            None,
+            "CreateTime or LogAppendTime.",
+            one_of("CreateTime", "LogAppendTime"),
+            "log.message.timestamp.type",
+        ),
+        ConfigDef(
+            "compression.type",
+            ConfigType.STRING,
+            None,
+            "Final compression of the topic's data (`producer` keeps the producer's).",
+            one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
+            "compression.type",
+        ),
+        ConfigDef("min.insync.replicas", ConfigType.INT, 1, "Minimum ISR size for acks=all.", at_least(1)),
+        ConfigDef("segment.bytes", ConfigType.INT, 1073741824, "Classic log segment size.", at_least(14)),
+        ConfigDef("segment.ms", ConfigType.LONG, 604800000, "Classic log segment roll time.", at_least(1)),
+    ]
+}
+
+
+class Config:
+    """Parsed broker configuration: Kafka names to typed values, defaults filled in."""
+
+    def __init__(self, values: Mapping[str, Any], explicit: Iterable[str] = ()) -> None:
+        self._values = dict(values)
+        self._explicit = frozenset(explicit)
+
+    @classmethod
+    def from_raw(cls, raw: Mapping[str, str]) -> Config:
+        """Validate raw string values; unknown keys are kept as strings (Kafka only warns)."""
+        values: dict[str, Any] = {}
+        for name, d in BROKER_CONFIGS.items():
+            values[name] = d.parse(raw[name]) if name in raw else d.default
+        for name, text in raw.items():
+            if name not in BROKER_CONFIGS:
+                values[name] = text
+        return cls(values, raw.keys())
+
+    def is_set(self, name: str) -> bool:
+        """Whether the operator set this config (server.properties or --override)."""
+        return name in self._explicit
+
+    def __getitem__(self, name: str) -> Any:
+        return self._values[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._values.get(name, default)
+
+    def items(self) -> Iterable[tuple[str, Any]]:
+        return self._values.items()
+
+    @property
+    def log_dirs(self) -> list[str]:
+        return self["log.dirs"] or [self["log.dir"]]
+
+    @property
+    def metadata_dir(self) -> Path:
+        return Path(self["metadata.log.dir"] or self.log_dirs[0])
+
+    def topic_default(self, topic_config: str) -> Any:
+        """The effective default of a topic config on this broker (via its broker synonym)."""
+        d = TOPIC_CONFIGS[topic_config]
+        return self[d.broker_synonym] if d.broker_synonym else d.default
+
+
+def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
+    """Check topic configs as kafka-topics/CreateTopics does; returns them normalised as strings."""
+    result: dict[str, str] = {}
+    for name, raw in configs.items():
+        d = TOPIC_CONFIGS.get(name)
+        if d is None:
+            raise ConfigError(f"Unknown topic config name: {name}")
+        if raw is None:
+            raise ConfigError(f"Invalid value null for configuration {name}: value must not be null")
+        value = d.parse(raw)
+        result[name] = format_value(value)
+    return result
+
+
+def format_value(value: Any) -> str:
+    """A typed value as Kafka prints it in DescribeConfigs."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return ",".join(value)
+    return str(value)
+
+
+_PROPERTY_LINE = re.compile(r"^\s*([^=:\s]+)\s*[=:]\s*(.*?)\s*$")
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse a Java ``.properties`` file (comments with # or !, key=value or key: value, \\ continuations)."""
+    result: dict[str, str] = {}
+    pending = ""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not pending and (not stripped or stripped[0] in "#!"):
+            continue
+        if stripped.endswith("\\"):
+            pending += stripped[:-1]
+            continue
+        logical, pending = pending + stripped, ""
+        match = _PROPERTY_LINE.match(logical)
+        if not match:
+            raise ConfigError(f"Cannot parse properties line: {line!r}")
+        result[match.group(1)] = match.group(2)
+    return result
+
+
+def parse_overrides(overrides: Iterable[str]) -> dict[str, str]:
+    """``--override key=value`` arguments, as kafka-server-start.sh takes them."""
+    result: dict[str, str] = {}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"--override expects key=value, got {item!r}")
+        key, value = item.split("=", 1)
+        result[key.strip()] = value.strip()
+    return result
+
+
+def reference_markdown() -> str:
+    """The configuration reference as Markdown tables (kept in docs/configuration.md)."""
+    lines = ["## Broker configs", "", "| name | type | default | meaning |", "|---|---|---|---|"]
+    for d in BROKER_CONFIGS.values():
+        lines.append(f"| `{d.name}` | {d.type.value} | {_fmt_default(d.default)} | {d.doc} |")
+    lines += ["", "## Topic configs", "", "| name | type | default | meaning |", "|---|---|---|---|"]
+    for d in TOPIC_CONFIGS.values():
+        default = f"`{d.broker_synonym}`" if d.broker_synonym else _fmt_default(d.default)
+        lines.append(f"| `{d.name}` | {d.type.value} | {default} | {d.doc} |")
+    return "\n".join(lines) + "\n"
+
+
+def _fmt_default(value: Any) -> str:
+    return "(none)" if value is None else f"`{format_value(value)}`"
+
+
+if __name__ == "__main__":
+    print(reference_markdown())

@@ -1,0 +1,199 @@
+"""The Batch Coordinator interface of KIP-1164, as a Python protocol.
+
+The coordinator is the source of truth for diskless topics: it orders batches,
+assigns offsets without gaps or duplicates, deduplicates idempotent producers and
+keeps the coordinates (object key + byte range) of every batch. Implementations
+are synchronous and blocking (like the KIP's Java interface); the broker calls
+them from a worker thread so the event loop never waits on a database.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import IntEnum
+from typing import Protocol
+
+from shoal.protocol.errors import ErrorCode
+
+
+class TimestampType(IntEnum):
+    """Kafka's record timestamp types (batch attribute bit 3)."""
+
+    CREATE_TIME = 0
+    LOG_APPEND_TIME = 1
+
+
+@dataclass(frozen=True, slots=True)
+class TopicIdPartition:
+    topic_id: uuid.UUID
+    partition: int
+    topic_name: str = field(default="", compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicAndPartitionsRequest:
+    topic_id: uuid.UUID
+    topic_name: str
+    num_partitions: int
+
+
+@dataclass(frozen=True, slots=True)
+class CommitBatchRequest:
+    """One batch inside an uploaded WAL segment object."""
+
+    request_id: int
+    topic_id_partition: TopicIdPartition
+    byte_offset: int
+    size: int
+    base_offset: int
+    last_offset: int
+    batch_max_timestamp: int
+    message_timestamp_type: TimestampType
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
+    last_sequence: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class CommitBatchResponse:
+    errors: ErrorCode
+    assigned_base_offset: int
+    log_append_time: int
+    log_start_offset: int
+    is_duplicate: bool
+    request: CommitBatchRequest
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMetadata:
+    topic_id_partition: TopicIdPartition
+    byte_offset: int
+    byte_size: int
+    base_offset: int
+    last_offset: int
+    log_append_timestamp: int
+    batch_max_timestamp: int
+    timestamp_type: TimestampType
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
+    last_sequence: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class BatchInfo:
+    batch_id: int
+    object_key: str
+    metadata: BatchMetadata
+
+
+@dataclass(frozen=True, slots=True)
+class FindBatchRequest:
+    topic_id_partition: TopicIdPartition
+    offset: int
+    max_partition_fetch_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class FindBatchResponse:
+    errors: ErrorCode
+    batches: list[BatchInfo]
+    log_start_offset: int
+    high_watermark: int
+
+
+class ListOffsetsTimestamp:
+    """Special timestamps of ListOffsets, as Kafka's ListOffsetsRequest defines them."""
+
+    LATEST = -1
+    EARLIEST = -2
+    MAX_TIMESTAMP = -3
+    EARLIEST_LOCAL = -4
+    LATEST_TIERED = -5
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetsRequest:
+    topic_id_partition: TopicIdPartition
+    timestamp: int
+
+
+@dataclass(frozen=True, slots=True)
+class ListOffsetsResponse:
+    errors: ErrorCode
+    topic_id_partition: TopicIdPartition
+    timestamp: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsRequest:
+    topic_id_partition: TopicIdPartition
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsResponse:
+    errors: ErrorCode
+    low_watermark: int
+
+
+@dataclass(frozen=True, slots=True)
+class FileToDelete:
+    object_key: str
+    marked_for_deletion_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteFilesRequest:
+    object_key_paths: frozenset[str]
+
+
+class BatchCoordinator(Protocol):
+    """KIP-1164's pluggable Batch Coordinator."""
+
+    def create_topic_and_partitions(self, requests: set[CreateTopicAndPartitionsRequest]) -> None:
+        """Initialise the logs of new diskless partitions (idempotent)."""
+
+    def commit_file(
+        self,
+        object_key: str,
+        uploader_broker_id: int,
+        file_size: int,
+        batches: list[CommitBatchRequest],
+    ) -> list[CommitBatchResponse]:
+        """Assign offsets to the batches of one uploaded object, in one transaction.
+
+        Responses come back in the order of ``batches``. A batch whose partition is
+        unknown answers UNKNOWN_TOPIC_OR_PARTITION; a duplicate of an idempotent batch
+        answers its original offset with ``is_duplicate``; sequence and epoch errors
+        answer OUT_OF_ORDER_SEQUENCE_NUMBER / INVALID_PRODUCER_EPOCH.
+        """
+
+    def find_batches(
+        self, find_batch_requests: list[FindBatchRequest], fetch_max_bytes: int
+    ) -> list[FindBatchResponse]:
+        """Coordinates of the batches from each requested offset on, bounded by the byte limits."""
+
+    def list_offsets(self, requests: list[ListOffsetsRequest]) -> list[ListOffsetsResponse]:
+        """Earliest, latest, max-timestamp or first-offset-at-timestamp lookups."""
+
+    def delete_records(self, requests: list[DeleteRecordsRequest]) -> list[DeleteRecordsResponse]:
+        """Move log start offsets and logically delete the batches below them."""
+
+    def delete_topics(self, topic_ids: set[uuid.UUID]) -> None:
+        """Delete all logs and batches of the topics; emptied objects are marked for deletion."""
+
+    def get_files_to_delete(self) -> list[FileToDelete]:
+        """Objects marked for deletion that a broker may now delete physically."""
+
+    def delete_files(self, request: DeleteFilesRequest) -> None:
+        """Forget objects that a broker has deleted from object storage."""
+
+    def is_safe_to_delete_file(self, object_key: str) -> bool:
+        """True when no committed batch references the object (used by the GC of orphans)."""
+
+    def close(self) -> None: ...

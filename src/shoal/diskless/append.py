@@ -1,0 +1,205 @@
+"""The diskless produce path of KIP-1163: buffer -> WAL segment -> upload -> commit.
+
+One appender per broker collects the validated batches of every producer and
+partition into the active buffer. The buffer closes when the commit interval
+elapses or it reaches the size limit; its segment is uploaded under a fresh key
+(several uploads may run at once) and committed to the Batch Coordinator strictly
+in the order the segments were closed. Only then are the produce requests in the
+segment answered: an answer means the data is in object storage and its offsets
+are in the coordinator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from shoal.coordinator.api import (
+    BatchCoordinator,
+    CommitBatchRequest,
+    CommitBatchResponse,
+    TimestampType,
+    TopicIdPartition,
+)
+from shoal.diskless.cache import RangeCache
+from shoal.diskless.wal import build_segment
+from shoal.objects.storage import ObjectStorage
+from shoal.protocol.errors import ErrorCode, KafkaError
+from shoal.records.batch import BatchHeader
+
+log = logging.getLogger(__name__)
+
+WAL_KEY_PREFIX = "wal/"
+MAX_INFLIGHT_SEGMENTS = 4
+
+
+def new_wal_key() -> str:
+    return f"{WAL_KEY_PREFIX}{uuid.uuid4()}"
+
+
+@dataclass(slots=True)
+class _Entry:
+    partition: TopicIdPartition
+    data: bytes | memoryview
+    header: BatchHeader
+    timestamp_type: TimestampType
+    future: asyncio.Future[CommitBatchResponse]
+
+
+@dataclass(slots=True)
+class _Segment:
+    entries: list[_Entry] = field(default_factory=list)
+    size: int = 1
+    opened_at: float = field(default_factory=time.monotonic)
+
+
+class Appender:
+    """Buffers batches from all producers and partitions into shared WAL segments."""
+
+    def __init__(
+        self,
+        storage: ObjectStorage,
+        coordinator: BatchCoordinator,
+        run_blocking: Callable[..., Awaitable],
+        broker_id: int,
+        commit_interval_ms: int,
+        buffer_max_bytes: int,
+        cache: RangeCache,
+        on_committed: Callable[[list[TopicIdPartition]], None],
+    ) -> None:
+        self._storage = storage
+        self._coordinator = coordinator
+        self._run_blocking = run_blocking
+        self._broker_id = broker_id
+        self._interval = commit_interval_ms / 1000
+        self._max_bytes = buffer_max_bytes
+        self._cache = cache
+        self._on_committed = on_committed
+        self._active = _Segment()
+        self._timer: asyncio.TimerHandle | None = None
+        self._commit_queue: asyncio.Queue[tuple[_Segment, str, asyncio.Task[None]] | None] = asyncio.Queue()
+        self._slots = asyncio.Semaphore(MAX_INFLIGHT_SEGMENTS)
+        self._committer: asyncio.Task[None] | None = None
+        self._closed = False
+        self.stats = {"uploads": 0, "upload_errors": 0, "commits": 0, "commit_errors": 0, "upload_bytes": 0}
+
+    def start(self) -> None:
+        self._committer = asyncio.create_task(self._commit_loop(), name="diskless-committer")
+
+    def append(
+        self, partition: TopicIdPartition, data: bytes | memoryview, header: BatchHeader, timestamp_type: TimestampType
+    ) -> asyncio.Future[CommitBatchResponse]:
+        """Add one validated batch to the active segment; the future completes at commit.
+
+        Synchronous on purpose: the order of calls is the order of the batches in the
+        segment, which keeps a producer's pipelined requests in order.
+        """
+        if self._closed:
+            raise KafkaError(ErrorCode.not_leader_or_follower, "broker is shutting down")
+        future: asyncio.Future[CommitBatchResponse] = asyncio.get_running_loop().create_future()
+        segment = self._active
+        segment.entries.append(_Entry(partition, data, header, timestamp_type, future))
+        segment.size += len(data)
+        if segment.size >= self._max_bytes:
+            self._close_active()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self._interval, self._close_active)
+        return future
+
+    def _close_active(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        segment = self._active
+        if not segment.entries:
+            return
+        self._active = _Segment()
+        key = new_wal_key()
+        upload = asyncio.create_task(self._upload(segment, key), name=f"upload {key}")
+        self._commit_queue.put_nowait((segment, key, upload))
+
+    async def _upload(self, segment: _Segment, key: str) -> None:
+        async with self._slots:
+            data, placed = build_segment([(e.partition, e.data) for e in segment.entries])
+            # Reorder entries to their place in the object so commit requests follow the layout.
+            segment.entries = [segment.entries[p.index] for p in placed]
+            started = time.monotonic()
+            await self._storage.upload(key, data)
+            self.stats["uploads"] += 1
+            self.stats["upload_bytes"] += len(data)
+            log.debug("uploaded %s (%d bytes, %d batches) in %.1f ms", key, len(data), len(placed),
+                      (time.monotonic() - started) * 1000)
+            self._cache.put(key, 0, data)
+
+    async def _commit_loop(self) -> None:
+        while True:
+            item = await self._commit_queue.get()
+            if item is None:
+                return
+            segment, key, upload = item
+            try:
+                await upload
+            except Exception as exc:
+                self.stats["upload_errors"] += 1
+                log.warning("upload of WAL segment %s failed: %s; failing %d batches", key, exc, len(segment.entries))
+                self._fail(segment, KafkaError(ErrorCode.kafka_storage_error, f"object storage upload failed: {exc}"))
+                continue
+            await self._commit(segment, key)
+
+    async def _commit(self, segment: _Segment, key: str) -> None:
+        requests = []
+        position = 1
+        for index, entry in enumerate(segment.entries):
+            h = entry.header
+            requests.append(
+                CommitBatchRequest(
+                    request_id=index,
+                    topic_id_partition=entry.partition,
+                    byte_offset=position,
+                    size=len(entry.data),
+                    base_offset=h.base_offset,
+                    last_offset=h.last_offset,
+                    batch_max_timestamp=h.max_timestamp,
+                    message_timestamp_type=entry.timestamp_type,
+                    producer_id=h.producer_id,
+                    producer_epoch=h.producer_epoch,
+                    base_sequence=h.base_sequence,
+                    last_sequence=h.last_sequence,
+                )
+            )
+            position += len(entry.data)
+        try:
+            responses = await self._run_blocking(
+                self._coordinator.commit_file, key, self._broker_id, position, requests
+            )
+        except Exception as exc:
+            # The object may or may not be committed: leave it for the garbage collector,
+            # and let (idempotent) producers retry.
+            self.stats["commit_errors"] += 1
+            log.warning("commit of WAL segment %s failed: %s; failing %d batches", key, exc, len(segment.entries))
+            self._fail(segment, KafkaError(ErrorCode.request_timed_out, f"batch coordinator commit failed: {exc}"))
+            return
+        self.stats["commits"] += 1
+        for entry, response in zip(segment.entries, responses, strict=True):
+            if not entry.future.done():
+                entry.future.set_result(response)
+        self._on_committed(list({e.partition for e in segment.entries}))
+
+    @staticmethod
+    def _fail(segment: _Segment, error: KafkaError) -> None:
+        for entry in segment.entries:
+            if not entry.future.done():
+                entry.future.set_exception(error)
+                entry.future.exception()  # retrieved: callers may have gone (acks=0)
+
+    async def close(self) -> None:
+        """Flush the active segment and finish every upload and commit already started."""
+        self._closed = True
+        self._close_active()
+        self._commit_queue.put_nowait(None)
+        if self._committer is not None:
+            await self._committer

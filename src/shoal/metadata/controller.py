@@ -1,0 +1,180 @@
+"""The controller: validates cluster changes and appends them to the metadata log.
+
+Exactly one broker holds the controller role at a time (a lease in the metadata
+store). On a single node that broker is this one. Methods are blocking (they
+write the store) and are called from a worker thread, one at a time.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from shoal.config import Config, ConfigError, validate_topic_configs
+from shoal.metadata.image import MetadataImage
+from shoal.metadata.log import SqliteMetadataStore
+from shoal.metadata.records import (
+    ConfigRecord,
+    MetadataRecord,
+    PartitionRecord,
+    ProducerIdsRecord,
+    RegisterBrokerRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+)
+from shoal.protocol.errors import ErrorCode, KafkaError
+
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_NAME_LENGTH = 249
+PRODUCER_ID_BLOCK_SIZE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    assignments: Mapping[int, Sequence[int]] = field(default_factory=dict)
+    configs: Mapping[str, str | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CreatedTopic:
+    name: str
+    topic_id: uuid.UUID
+    num_partitions: int
+    replication_factor: int
+    configs: Mapping[str, str]
+    is_diskless: bool
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's topic name rules (Topic.validate)."""
+    if not name:
+        raise KafkaError(ErrorCode.invalid_topic_exception, "Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise KafkaError(ErrorCode.invalid_topic_exception, 'Topic name cannot be "." or ".."')
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise KafkaError(
+            ErrorCode.invalid_topic_exception,
+            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters, topic name: {name}",
+        )
+    if not _LEGAL_TOPIC.match(name):
+        raise KafkaError(
+            ErrorCode.invalid_topic_exception,
+            f"Topic name {name} is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'",
+        )
+
+
+class Controller:
+    """Validates and records topic, broker and producer-id changes under the controller lease."""
+
+    LEASE_TTL_MS = 30_000
+
+    def __init__(self, store: SqliteMetadataStore, config: Config, image: Callable[[], MetadataImage]) -> None:
+        self._store = store
+        self._config = config
+        self._image = image
+        self._node_id: int = config["node.id"]
+        epoch = store.acquire_lease(self._node_id, self.LEASE_TTL_MS)
+        if epoch is None:
+            raise RuntimeError("another node holds the controller lease; multi-node clusters come in a later release")
+        self.epoch = epoch
+
+    def renew(self) -> None:
+        if not self._store.renew_lease(self._node_id, self.epoch, self.LEASE_TTL_MS):
+            raise RuntimeError("lost the controller lease")
+
+    def _append(self, records: Sequence[MetadataRecord]) -> int:
+        return self._store.append(records, self.epoch)
+
+    def register_broker(self, node_id: int, host: str, port: int, rack: str | None) -> int:
+        return self._append([RegisterBrokerRecord(node_id, host, port, rack)])
+
+    def validate_new_topic(self, topic: NewTopic, image: MetadataImage) -> CreatedTopic:
+        """Check a CreateTopics entry as Kafka does; raises KafkaError with Kafka's code and message."""
+        validate_topic_name(topic.name)
+        if image.topic(topic.name) is not None:
+            raise KafkaError(ErrorCode.topic_already_exists, f"Topic '{topic.name}' already exists.")
+        try:
+            configs = validate_topic_configs(topic.configs)
+        except ConfigError as exc:
+            raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
+        is_diskless = configs.get("diskless.enable") == "true"
+        if is_diskless and not self._config["diskless.system.enable"]:
+            raise KafkaError(
+                ErrorCode.invalid_config,
+                "Diskless topics are not enabled on this cluster: set diskless.system.enable=true on the brokers.",
+            )
+        if not is_diskless:
+            raise KafkaError(
+                ErrorCode.invalid_config,
+                "Classic topics are not available in this version of Shoal yet: create the topic with "
+                "diskless.enable=true.",
+            )
+        brokers = sorted(image.brokers)
+        if topic.assignments:
+            if topic.num_partitions != -1 or topic.replication_factor != -1:
+                raise KafkaError(
+                    ErrorCode.invalid_request,
+                    "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.",
+                )
+            num_partitions = len(topic.assignments)
+            if sorted(topic.assignments) != list(range(num_partitions)):
+                raise KafkaError(
+                    ErrorCode.invalid_replica_assignment, "Partitions should be a consecutive 0-based integer sequence"
+                )
+            replication_factor = len(next(iter(topic.assignments.values())))
+            for replicas in topic.assignments.values():
+                if not replicas or len(set(replicas)) != len(replicas):
+                    raise KafkaError(ErrorCode.invalid_replica_assignment, "Duplicate or empty replica assignment")
+                unknown = [b for b in replicas if b not in image.brokers]
+                if unknown:
+                    raise KafkaError(
+                        ErrorCode.invalid_replica_assignment, f"The manual partition assignment includes unknown brokers {unknown}"
+                    )
+        else:
+            num_partitions = self._config["num.partitions"] if topic.num_partitions == -1 else topic.num_partitions
+            replication_factor = (
+                self._config["default.replication.factor"] if topic.replication_factor == -1 else topic.replication_factor
+            )
+            if num_partitions <= 0:
+                raise KafkaError(ErrorCode.invalid_partitions, "Number of partitions must be larger than 0.")
+            if replication_factor <= 0:
+                raise KafkaError(ErrorCode.invalid_replication_factor, "Replication factor must be larger than 0.")
+            if replication_factor > len(brokers):
+                raise KafkaError(
+                    ErrorCode.invalid_replication_factor,
+                    f"Unable to replicate the partition {replication_factor} time(s): The target replication factor "
+                    f"of {replication_factor} cannot be reached because only {len(brokers)} broker(s) are registered.",
+                )
+        return CreatedTopic(topic.name, uuid.uuid4(), num_partitions, replication_factor, configs, is_diskless)
+
+    def create_topic(self, topic: NewTopic) -> tuple[CreatedTopic, int]:
+        """Validate and record one topic; returns it and the metadata offset that made it."""
+        image = self._image()
+        created = self.validate_new_topic(topic, image)
+        brokers = sorted(image.brokers)
+        records: list[MetadataRecord] = [TopicRecord(created.name, created.topic_id)]
+        for p in range(created.num_partitions):
+            if topic.assignments:
+                replicas = tuple(topic.assignments[p])
+            else:
+                start = p % len(brokers)
+                replicas = tuple(brokers[(start + i) % len(brokers)] for i in range(created.replication_factor))
+            records.append(PartitionRecord(created.topic_id, p, replicas, replicas, replicas[0]))
+        records += [ConfigRecord(ConfigRecord.TOPIC, created.name, k, v) for k, v in created.configs.items()]
+        return created, self._append(records)
+
+    def delete_topic(self, topic_id: uuid.UUID) -> int:
+        if topic_id not in self._image().topics_by_id:
+            raise KafkaError(ErrorCode.unknown_topic_id, f"Topic id {topic_id} does not exist")
+        return self._append([RemoveTopicRecord(topic_id)])
+
+    def allocate_producer_ids(self) -> tuple[int, int]:
+        """Hand out the next block of producer ids: (first id, block size)."""
+        first = self._image().next_producer_id
+        self._append([ProducerIdsRecord(self._node_id, first + PRODUCER_ID_BLOCK_SIZE)])
+        return first, PRODUCER_ID_BLOCK_SIZE

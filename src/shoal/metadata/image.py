@@ -1,0 +1,143 @@
+"""MetadataImage: the immutable picture of the cluster that request handlers read.
+
+A new image is built by applying metadata records to the previous one; handlers
+hold a reference to one image for the length of a request, so they never see a
+half-applied change.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+from shoal.metadata.records import (
+    ConfigRecord,
+    MetadataRecord,
+    PartitionRecord,
+    ProducerIdsRecord,
+    RegisterBrokerRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionImage:
+    partition: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicImage:
+    name: str
+    topic_id: uuid.UUID
+    partitions: Mapping[int, PartitionImage]
+    configs: Mapping[str, str]
+
+    @property
+    def is_diskless(self) -> bool:
+        return self.configs.get("diskless.enable", "false") == "true"
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerImage:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataImage:
+    offset: int = -1
+    topics_by_name: Mapping[str, TopicImage] = field(default_factory=dict)
+    topics_by_id: Mapping[uuid.UUID, TopicImage] = field(default_factory=dict)
+    brokers: Mapping[int, BrokerImage] = field(default_factory=dict)
+    broker_configs: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    next_producer_id: int = 0
+
+    def topic(self, name: str) -> TopicImage | None:
+        return self.topics_by_name.get(name)
+
+    def apply(self, records: Iterable[tuple[int, MetadataRecord]]) -> MetadataImage:
+        """A new image with the records applied (copy-on-write of the changed maps)."""
+        by_name = dict(self.topics_by_name)
+        brokers = dict(self.brokers)
+        broker_configs = dict(self.broker_configs)
+        next_producer_id = self.next_producer_id
+        offset = self.offset
+        # Topics are rebuilt from mutable drafts so several records about one topic stay cheap.
+        drafts: dict[str, dict] = {}
+
+        def draft(name: str) -> dict:
+            if name not in drafts:
+                t = by_name[name]
+                drafts[name] = {
+                    "name": t.name,
+                    "topic_id": t.topic_id,
+                    "partitions": dict(t.partitions),
+                    "configs": dict(t.configs),
+                }
+            return drafts[name]
+
+        names_by_id = {t.topic_id: t.name for t in by_name.values()}
+        for record_offset, record in records:
+            offset = record_offset
+            if isinstance(record, TopicRecord):
+                by_name[record.name] = TopicImage(record.name, record.topic_id, {}, {})
+                names_by_id[record.topic_id] = record.name
+                drafts.pop(record.name, None)
+            elif isinstance(record, PartitionRecord):
+                name = names_by_id.get(record.topic_id)
+                if name is not None:
+                    draft(name)["partitions"][record.partition] = PartitionImage(
+                        record.partition,
+                        tuple(record.replicas),
+                        tuple(record.isr),
+                        record.leader,
+                        record.leader_epoch,
+                        record.partition_epoch,
+                    )
+            elif isinstance(record, RemoveTopicRecord):
+                name = names_by_id.pop(record.topic_id, None)
+                if name is not None:
+                    by_name.pop(name, None)
+                    drafts.pop(name, None)
+            elif isinstance(record, ConfigRecord):
+                if record.resource_type == ConfigRecord.TOPIC:
+                    if record.resource_name in by_name:
+                        configs = draft(record.resource_name)["configs"]
+                        if record.value is None:
+                            configs.pop(record.name, None)
+                        else:
+                            configs[record.name] = record.value
+                else:
+                    current = dict(broker_configs.get(record.resource_name, {}))
+                    if record.value is None:
+                        current.pop(record.name, None)
+                    else:
+                        current[record.name] = record.value
+                    broker_configs[record.resource_name] = current
+            elif isinstance(record, RegisterBrokerRecord):
+                brokers[record.node_id] = BrokerImage(record.node_id, record.host, record.port, record.rack)
+            elif isinstance(record, ProducerIdsRecord):
+                next_producer_id = max(next_producer_id, record.next_producer_id)
+        for name, d in drafts.items():
+            by_name[name] = TopicImage(
+                d["name"], d["topic_id"], MappingProxyType(d["partitions"]), MappingProxyType(d["configs"])
+            )
+        return replace(
+            self,
+            offset=offset,
+            topics_by_name=MappingProxyType(by_name),
+            topics_by_id=MappingProxyType({t.topic_id: t for t in by_name.values()}),
+            brokers=MappingProxyType(brokers),
+            broker_configs=MappingProxyType(broker_configs),
+            next_producer_id=next_producer_id,
+        )

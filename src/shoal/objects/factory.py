@@ -1,0 +1,116 @@
+"""Build an ObjectStorage from one URL, so a broker config needs a single string.
+
+Accepted forms:
+
+- ``/abs/path``, ``rel/path`` or ``file:///abs/path`` -> ``LocalObjectStorage``
+- ``memory://`` -> ``MemoryObjectStorage`` (a fresh, empty store per call)
+- ``s3://bucket[/prefix][?query]`` -> ``S3ObjectStorage``; query parameters, all
+  optional: ``endpoint``, ``region`` (default ``us-east-1``), ``allow_http``
+  (default true when the endpoint is ``http://``), ``access_key_id``,
+  ``secret_access_key``, ``session_token`` (default: the AWS environment
+  variables / credential chain), and the failure bounds ``connect_timeout``,
+  ``request_timeout``, ``retry_timeout`` (seconds) and ``max_retries``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from shoal.objects.local import LocalObjectStorage
+from shoal.objects.memory import MemoryObjectStorage
+from shoal.objects.s3 import S3ObjectStorage
+from shoal.objects.storage import ObjectStorage
+
+__all__ = ["open_object_storage"]
+
+_S3_PARAMS = frozenset(
+    {
+        "endpoint",
+        "region",
+        "allow_http",
+        "access_key_id",
+        "secret_access_key",
+        "session_token",
+        "connect_timeout",
+        "request_timeout",
+        "retry_timeout",
+        "max_retries",
+    }
+)
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _parse_bool(name: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ValueError(f"object storage URL parameter {name}={value!r} is not a boolean")
+
+
+def _parse_number(name: str, value: str, kind: type[int] | type[float]) -> float:
+    try:
+        number = kind(value)
+    except ValueError:
+        raise ValueError(f"object storage URL parameter {name}={value!r} is not a {kind.__name__}") from None
+    if number < 0:
+        raise ValueError(f"object storage URL parameter {name}={value!r} must not be negative")
+    return number
+
+
+def _open_s3(url: str) -> S3ObjectStorage:
+    parts = urlsplit(url)
+    bucket = parts.netloc
+    if not bucket:
+        raise ValueError(f"S3 object storage URL needs a bucket: {url!r} (expected s3://bucket/prefix)")
+    params: dict[str, str] = {}
+    for name, values in parse_qs(parts.query, keep_blank_values=True, strict_parsing=False).items():
+        if name not in _S3_PARAMS:
+            raise ValueError(
+                f"unknown S3 object storage URL parameter {name!r}; known: {', '.join(sorted(_S3_PARAMS))}"
+            )
+        if len(values) != 1:
+            raise ValueError(f"S3 object storage URL parameter {name!r} is given more than once")
+        params[name] = values[0]
+    endpoint = params.get("endpoint") or None
+    return S3ObjectStorage(
+        bucket,
+        prefix=unquote(parts.path).strip("/"),
+        endpoint=endpoint,
+        region=params.get("region") or "us-east-1",
+        access_key_id=params.get("access_key_id"),
+        secret_access_key=params.get("secret_access_key"),
+        session_token=params.get("session_token"),
+        allow_http=_parse_bool("allow_http", params["allow_http"]) if "allow_http" in params else None,
+        connect_timeout=_parse_number("connect_timeout", params.get("connect_timeout", "5"), float),
+        request_timeout=_parse_number("request_timeout", params.get("request_timeout", "10"), float),
+        retry_timeout=_parse_number("retry_timeout", params.get("retry_timeout", "10"), float),
+        max_retries=int(_parse_number("max_retries", params.get("max_retries", "3"), int)),
+    )
+
+
+def open_object_storage(url: str) -> ObjectStorage:
+    """The backend named by ``url``; ``ValueError`` for anything not understood."""
+    if not url:
+        raise ValueError("object storage URL is empty")
+    scheme = urlsplit(url).scheme.lower() if "://" in url else ""
+    if scheme == "":
+        return LocalObjectStorage(Path(url))
+    if scheme == "file":
+        parts = urlsplit(url)
+        if parts.netloc not in ("", "localhost"):
+            raise ValueError(f"file URL must be file:///absolute/path, got {url!r}")
+        if not parts.path:
+            raise ValueError(f"file URL has no path: {url!r}")
+        return LocalObjectStorage(Path(unquote(parts.path)))
+    if scheme == "memory":
+        return MemoryObjectStorage()
+    if scheme == "s3":
+        return _open_s3(url)
+    raise ValueError(
+        f"unsupported object storage URL scheme {scheme!r} in {url!r}; "
+        "use a filesystem path, file:///path, memory:// or s3://bucket/prefix"
+    )

@@ -1,0 +1,220 @@
+"""ObjectStorage on a local directory: the development / single-machine backend.
+
+Keys map to files under ``root`` (``/`` in a key becomes a subdirectory). An
+upload is written to a temp file in the target directory, fsynced, renamed into
+place with ``os.replace`` and the directory fsynced, so an object is never seen
+half-written and survives a crash once ``upload`` returns. Temp files carry a
+reserved name prefix and are never listed or fetched.
+
+All blocking I/O runs in worker threads (``asyncio.to_thread``) so the event
+loop keeps serving other requests. A cancelled upload may still complete in
+its thread; callers already treat an unacknowledged upload as possible garbage.
+
+Limitation compared with S3: a key cannot be both an object and a "directory"
+of other keys (``a`` and ``a/b``); such an upload fails with
+``StorageBackendError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from shoal.objects.storage import (
+    ByteRange,
+    ObjectInfo,
+    ObjectNotFoundError,
+    StorageBackendError,
+    clip_range,
+    validate_key,
+)
+
+__all__ = ["TEMP_PREFIX", "LocalObjectStorage"]
+
+TEMP_PREFIX = ".shoal-tmp-"
+"""File names starting with this are in-progress uploads, never objects."""
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Persist directory entries (a rename or a new child) across a crash."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class LocalObjectStorage:
+    """Objects as files under ``root``; see the module docstring for guarantees."""
+
+    def __init__(self, root: Path | str) -> None:
+        self._root = Path(root).absolute()
+        self._closed = False
+
+    @property
+    def root(self) -> Path:
+        """The directory holding the objects."""
+        return self._root
+
+    def __repr__(self) -> str:
+        return f"LocalObjectStorage({str(self._root)!r})"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageBackendError(f"local object storage {self._root} is closed")
+
+    def _path(self, key: str) -> Path:
+        """The file for ``key``; rejects keys that could escape ``root`` or clash with temp files."""
+        validate_key(key)
+        segments = key.split("/")
+        if any(s.startswith(TEMP_PREFIX) for s in segments):
+            raise ValueError(f"object key uses the reserved temp-file prefix {TEMP_PREFIX!r}: {key!r}")
+        return self._root.joinpath(*segments)
+
+    # -- upload ---------------------------------------------------------------
+
+    async def upload(self, key: str, data: bytes | memoryview) -> None:
+        """Write atomically and durably (temp file, fsync, rename, fsync dir)."""
+        path = self._path(key)
+        self._check_open()
+        try:
+            await asyncio.to_thread(self._upload_sync, path, data)
+        except OSError as e:
+            raise StorageBackendError(f"upload of {key} to {self._root} failed: {e}") from e
+
+    def _make_dirs(self, directory: Path) -> builtins.list[Path]:
+        """Create ``directory`` and missing parents; return the ones created, outermost first."""
+        missing: list[Path] = []
+        current = directory
+        while not current.is_dir():
+            missing.append(current)
+            if current.parent == current:
+                break
+            current = current.parent
+        created: list[Path] = []
+        for d in reversed(missing):
+            try:
+                d.mkdir()
+                created.append(d)
+            except FileExistsError:
+                if not d.is_dir():
+                    raise
+        return created
+
+    def _upload_sync(self, path: Path, data: bytes | memoryview) -> None:
+        directory = path.parent
+        created = self._make_dirs(directory)
+        fd, tmp_name = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=directory)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp_name, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp_name)
+            raise
+        _fsync_dir(directory)
+        # New directories are only durable once their own parent entry is synced.
+        for d in created:
+            _fsync_dir(d.parent)
+
+    # -- fetch ----------------------------------------------------------------
+
+    async def fetch(self, key: str, byte_range: ByteRange | None = None) -> bytes:
+        """Read the object or the clipped range with one seek and read."""
+        path = self._path(key)
+        self._check_open()
+        try:
+            return await asyncio.to_thread(self._fetch_sync, path, byte_range)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise ObjectNotFoundError(f"object not found: {key} (in {self._root})") from None
+        except OSError as e:
+            raise StorageBackendError(f"fetch of {key} from {self._root} failed: {e}") from e
+
+    @staticmethod
+    def _fetch_sync(path: Path, byte_range: ByteRange | None) -> bytes:
+        with open(path, "rb") as f:
+            start, end = clip_range(byte_range, os.fstat(f.fileno()).st_size)
+            if start:
+                f.seek(start)
+            data = f.read(end - start)
+        if len(data) != end - start:
+            # Objects are immutable, so a short read means something outside shoal changed the file.
+            raise OSError(f"short read: wanted {end - start} bytes at {start}, got {len(data)}")
+        return data
+
+    # -- delete ---------------------------------------------------------------
+
+    async def delete(self, keys: Iterable[str]) -> None:
+        """Unlink each file; missing ones are fine.
+
+        Directories are not fsynced: a deletion lost in a crash only brings
+        back garbage that the next GC pass deletes again.
+        """
+        paths = [self._path(k) for k in keys]
+        self._check_open()
+        if not paths:
+            return
+        try:
+            await asyncio.to_thread(self._delete_sync, paths)
+        except OSError as e:
+            raise StorageBackendError(f"delete in {self._root} failed: {e}") from e
+
+    @staticmethod
+    def _delete_sync(paths: builtins.list[Path]) -> None:
+        for path in paths:
+            # A directory at the key's place means no object there, same as missing.
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                os.unlink(path)
+
+    # -- list -----------------------------------------------------------------
+
+    async def list(self, prefix: str = "") -> builtins.list[ObjectInfo]:
+        """Walk only the directory the prefix points into, then match the string prefix."""
+        self._check_open()
+        directory, _, _ = prefix.rpartition("/")
+        base = self._path(directory) if directory else self._root
+        try:
+            return await asyncio.to_thread(self._list_sync, base, prefix)
+        except OSError as e:
+            raise StorageBackendError(f"list of {prefix!r} in {self._root} failed: {e}") from e
+
+    def _list_sync(self, base: Path, prefix: str) -> builtins.list[ObjectInfo]:
+        def on_error(e: OSError) -> None:
+            if not isinstance(e, FileNotFoundError | NotADirectoryError):
+                raise e
+
+        found: list[ObjectInfo] = []
+        for dirpath, _dirnames, filenames in os.walk(base, onerror=on_error):
+            rel_dir = Path(dirpath).relative_to(self._root).as_posix()
+            for name in filenames:
+                if name.startswith(TEMP_PREFIX):
+                    continue
+                key = name if rel_dir == "." else f"{rel_dir}/{name}"
+                if not key.startswith(prefix):
+                    continue
+                try:
+                    st = os.stat(os.path.join(dirpath, name), follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # deleted while we walked
+                found.append(
+                    ObjectInfo(
+                        key=key,
+                        size=st.st_size,
+                        last_modified=datetime.fromtimestamp(st.st_mtime, UTC),
+                    )
+                )
+        found.sort(key=lambda info: info.key)
+        return found
+
+    async def close(self) -> None:
+        """Mark closed; there is nothing to release."""
+        self._closed = True

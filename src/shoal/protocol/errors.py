@@ -1,0 +1,20 @@
+"""Kafka error codes (kio's enum) and the exception that carries one through our code."""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+__all__ = ["ErrorCode", "KafkaError"]
+
+
+class KafkaError(Exception):
+    """An error that maps to one Kafka error code, with a message for the client and the log."""
+
+    def __init__(self, code: ErrorCode, message: str = "") -> None:
+        super().__init__(message or code.name)
+        self.code = code
+        self.message = message or code.name
+
+    @property
+    def retriable(self) -> bool:
+        return bool(self.code.retriable)

@@ -1,0 +1,208 @@
+"""The broker process: wires the metadata store, controller, coordinator, object storage,
+the diskless data plane and the Kafka listener together, and shuts them down in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from shoal.config import Config
+from shoal.coordinator.api import CreateTopicAndPartitionsRequest
+from shoal.coordinator.sqlite import SqliteBatchCoordinator
+from shoal.diskless.append import Appender
+from shoal.diskless.cache import RangeCache
+from shoal.diskless.notify import CommitNotifier
+from shoal.diskless.read import DisklessReader
+from shoal.metadata.cache import MetadataCache
+from shoal.metadata.controller import Controller
+from shoal.metadata.log import SqliteMetadataStore
+from shoal.objects.factory import open_object_storage
+from shoal.objects.storage import ObjectStorage
+from shoal.server.connection import serve_connection
+from shoal.server.context import ServerContext
+from shoal.server.dispatch import dispatch
+from shoal.txn.producer_ids import ProducerIdManager
+
+log = logging.getLogger(__name__)
+
+METADATA_DB = "shoal.db"
+METADATA_POLL_S = 0.5
+LEASE_RENEW_S = 10.0
+SHUTDOWN_DRAIN_S = 1.0  # time for answered produce requests to reach their clients
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    host: str
+    port: int
+
+
+def parse_listener(listener: str) -> Endpoint:
+    """``PLAINTEXT://host:port`` (empty host = all interfaces)."""
+    parts = urlsplit(listener)
+    if parts.scheme.upper() != "PLAINTEXT":
+        raise ValueError(f"unsupported listener {listener!r}: only PLAINTEXT listeners are available")
+    if parts.port is None:
+        raise ValueError(f"listener {listener!r} has no port")
+    return Endpoint(parts.hostname or "", parts.port)
+
+
+class Broker:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.node_id: int = config["node.id"]
+        self._tasks: list[asyncio.Task[None]] = []
+        self._connections: set[asyncio.Task[None]] = set()
+        self._server: asyncio.Server | None = None
+        self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="shoal-io")
+        self.ctx: ServerContext | None = None
+        self._storage: ObjectStorage | None = None
+
+    async def run_blocking(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def start(self) -> None:
+        config = self.config
+        metadata_dir = config.metadata_dir
+        listen = parse_listener(config["listeners"][0])
+        advertised = parse_listener((config["advertised.listeners"] or config["listeners"])[0])
+        if not advertised.host:
+            advertised = Endpoint(socket.gethostname(), advertised.port)
+        for directory in config.log_dirs:
+            Path(directory).mkdir(parents=True, exist_ok=True)
+
+        store = await self.run_blocking(SqliteMetadataStore, metadata_dir / METADATA_DB)
+        self._store = store
+        cluster_id = await self.run_blocking(store.cluster_id)
+        metadata = MetadataCache(store)
+        await self.run_blocking(metadata.catch_up)
+        controller = await self.run_blocking(Controller, store, config, metadata.catch_up)
+        registered = metadata.image.brokers.get(self.node_id)
+        if registered is None or (registered.host, registered.port, registered.rack) != (
+            advertised.host, advertised.port, config["broker.rack"]
+        ):
+            await self.run_blocking(
+                controller.register_broker, self.node_id, advertised.host, advertised.port, config["broker.rack"]
+            )
+            await self.run_blocking(metadata.catch_up)
+
+        coordinator = await self.run_blocking(SqliteBatchCoordinator, metadata_dir / METADATA_DB)
+        self._coordinator = coordinator
+        storage_url = config["diskless.storage.url"] or str((metadata_dir / "diskless-objects").resolve())
+        self._storage = storage = open_object_storage(storage_url)
+        # The metadata log is the truth about which topics exist: make sure every diskless
+        # topic has its logs in the coordinator (a crash between the two writes heals here).
+        diskless = {
+            CreateTopicAndPartitionsRequest(t.topic_id, t.name, len(t.partitions))
+            for t in metadata.image.topics_by_name.values()
+            if t.is_diskless
+        }
+        if diskless:
+            await self.run_blocking(coordinator.create_topic_and_partitions, diskless)
+
+        cache = RangeCache(config["diskless.fetch.cache.max.bytes"])
+        notifier = CommitNotifier()
+        appender = Appender(
+            storage,
+            coordinator,
+            self.run_blocking,
+            self.node_id,
+            config["diskless.append.commit.interval.ms"],
+            config["diskless.append.buffer.max.bytes"],
+            cache,
+            notifier.committed,
+        )
+        appender.start()
+        reader = DisklessReader(storage, coordinator, self.run_blocking, cache)
+        ctx = ServerContext(
+            config=config,
+            node_id=self.node_id,
+            cluster_id=cluster_id,
+            rack=config["broker.rack"],
+            metadata=metadata,
+            controller=controller,
+            coordinator=coordinator,
+            appender=appender,
+            reader=reader,
+            notifier=notifier,
+            producer_ids=None,  # type: ignore[arg-type]  # set just below: it needs ctx.control
+            run_blocking=self.run_blocking,
+            controller_lock=asyncio.Lock(),
+        )
+        ctx.producer_ids = ProducerIdManager(lambda: ctx.control(controller.allocate_producer_ids))
+        self.ctx = ctx
+        self._tasks.append(asyncio.create_task(self._tail_metadata(), name="metadata-tail"))
+        self._tasks.append(asyncio.create_task(self._renew_lease(), name="controller-lease"))
+
+        max_request = config["socket.request.max.bytes"]
+
+        async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            self._connections.add(task)
+            try:
+                await serve_connection(reader, writer, lambda frame, peer: dispatch(ctx, frame, peer), max_request)
+            finally:
+                self._connections.discard(task)
+
+        self._server = await asyncio.start_server(
+            on_connection, host=listen.host or None, port=listen.port, reuse_address=True, limit=1 << 20
+        )
+        log.info(
+            "Shoal broker %d started (cluster %s): listening on %s:%d, advertised %s:%d, metadata in %s, "
+            "objects in %s",
+            self.node_id, cluster_id, listen.host or "*", listen.port, advertised.host, advertised.port,
+            metadata_dir, storage_url,
+        )
+
+    async def _tail_metadata(self) -> None:
+        assert self.ctx is not None
+        while True:
+            await asyncio.sleep(METADATA_POLL_S)
+            try:
+                await self.run_blocking(self.ctx.metadata.catch_up)
+            except Exception:
+                log.exception("reading the metadata log failed")
+
+    async def _renew_lease(self) -> None:
+        assert self.ctx is not None
+        while True:
+            await asyncio.sleep(LEASE_RENEW_S)
+            try:
+                await self.run_blocking(self.ctx.controller.renew)
+            except Exception:
+                log.exception("renewing the controller lease failed")
+
+    async def stop(self) -> None:
+        """Stop accepting, finish or fail every in-flight produce, then close everything."""
+        log.info("Shoal broker %d shutting down", self.node_id)
+        if self._server is not None:
+            self._server.close()
+        if self.ctx is not None:
+            # Flushes the active WAL segment and waits for its upload and commit, so every
+            # request already accepted is answered with its real outcome.
+            await self.ctx.appender.close()
+        if self._connections:
+            _, still_open = await asyncio.wait(list(self._connections), timeout=SHUTDOWN_DRAIN_S)
+            for task in still_open:
+                task.cancel()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._storage is not None:
+            await self._storage.close()
+        if self.ctx is not None:
+            self._coordinator.close()
+            self._store.close()
+        self._executor.shutdown(wait=True)
+        log.info("Shoal broker %d stopped", self.node_id)

@@ -1,0 +1,183 @@
+"""CreateTopics (19), DeleteTopics (20) and DescribeConfigs (32)."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from typing import Any
+
+from shoal.config import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigType, format_value
+from shoal.coordinator.api import CreateTopicAndPartitionsRequest
+from shoal.metadata.controller import NewTopic
+from shoal.metadata.records import ConfigRecord
+from shoal.protocol.apis import RequestHeader, response_class
+from shoal.protocol.build import make, nested
+from shoal.protocol.errors import ErrorCode, KafkaError
+from shoal.server.context import ServerContext
+
+log = logging.getLogger(__name__)
+
+_ZERO = datetime.timedelta(0)
+
+# DescribeConfigs config sources, as Kafka numbers them.
+SOURCE_DYNAMIC_TOPIC = 1
+SOURCE_STATIC_BROKER = 4
+SOURCE_DEFAULT = 5
+
+_CONFIG_TYPE_IDS = {
+    ConfigType.BOOLEAN: 1,
+    ConfigType.STRING: 2,
+    ConfigType.INT: 3,
+    ConfigType.SHORT: 4,
+    ConfigType.LONG: 5,
+    ConfigType.DOUBLE: 6,
+    ConfigType.LIST: 7,
+}
+
+
+async def handle_create_topics(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    cls = response_class(header.api_key, header.api_version)
+    result_cls, config_cls = nested(cls, "CreatableTopicResult"), nested(cls, "CreatableTopicConfigs")
+    validate_only = getattr(request, "validate_only", False)
+    results = []
+    seen: set[str] = set()
+    for topic in request.topics:
+        fields: dict[str, Any] = {"name": topic.name, "topic_id": None, "num_partitions": -1, "replication_factor": -1,
+                                  "configs": None, "error_message": None, "topic_config_error_code": 0}
+        try:
+            if topic.name in seen:
+                raise KafkaError(ErrorCode.invalid_request, f"Create topics request from client contains duplicate topic {topic.name}")
+            seen.add(topic.name)
+            new_topic = NewTopic(
+                name=topic.name,
+                num_partitions=topic.num_partitions,
+                replication_factor=topic.replication_factor,
+                assignments={a.partition_index: tuple(a.broker_ids) for a in topic.assignments},
+                configs={c.name: c.value for c in topic.configs},
+            )
+            if validate_only:
+                created = await ctx.run_blocking(ctx.controller.validate_new_topic, new_topic, ctx.image)
+            else:
+                created, _ = await ctx.control(ctx.controller.create_topic, new_topic)
+                if created.is_diskless:
+                    await ctx.run_blocking(
+                        ctx.coordinator.create_topic_and_partitions,
+                        {CreateTopicAndPartitionsRequest(created.topic_id, created.name, created.num_partitions)},
+                    )
+                log.info("created %s topic %s (%s) with %d partitions, configs %s",
+                         "diskless" if created.is_diskless else "classic", created.name, created.topic_id,
+                         created.num_partitions, dict(created.configs))
+            fields.update(
+                error_code=ErrorCode.none,
+                topic_id=None if validate_only else created.topic_id,
+                num_partitions=created.num_partitions,
+                replication_factor=created.replication_factor,
+                configs=None
+                if config_cls is None
+                else tuple(
+                    make(config_cls, name=name, value=value, read_only=False, config_source=source, is_sensitive=False)
+                    for name, value, source in _topic_config_values(ctx, created.configs)
+                ),
+            )
+        except KafkaError as exc:
+            log.info("CreateTopics %s from %s refused: %s (%s)", topic.name, header.client_id, exc.message, exc.code.name)
+            fields.update(error_code=exc.code, error_message=exc.message)
+        results.append(make(result_cls, **fields))
+    return make(cls, throttle_time=_ZERO, topics=tuple(results))
+
+
+def _topic_config_values(ctx: ServerContext, configs: Any) -> list[tuple[str, str | None, int]]:
+    """Every topic config with its effective value and Kafka's source code."""
+    values = []
+    for name in TOPIC_CONFIGS:
+        if name in configs:
+            values.append((name, configs[name], SOURCE_DYNAMIC_TOPIC))
+        else:
+            default = ctx.config.topic_default(name)
+            values.append((name, None if default is None else format_value(default), SOURCE_DEFAULT))
+    return values
+
+
+async def handle_delete_topics(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    cls = response_class(header.api_key, header.api_version)
+    result_cls = nested(cls, "DeletableTopicResult")
+    if header.api_version >= 6:
+        wanted = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        wanted = [(name, None) for name in request.topic_names]
+    results = []
+    for name, topic_id in wanted:
+        image = ctx.image
+        topic = image.topic(name) if name is not None else image.topics_by_id.get(topic_id)
+        fields: dict[str, Any] = {"name": name, "topic_id": topic_id, "error_message": None}
+        try:
+            if not ctx.config["delete.topic.enable"]:
+                raise KafkaError(ErrorCode.topic_deletion_disabled, "Topic deletion is disabled.")
+            if topic is None:
+                if name is None:
+                    raise KafkaError(ErrorCode.unknown_topic_id, f"Topic id {topic_id} does not exist")
+                raise KafkaError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
+            await ctx.control(ctx.controller.delete_topic, topic.topic_id)
+            if topic.is_diskless:
+                await ctx.run_blocking(ctx.coordinator.delete_topics, {topic.topic_id})
+            log.info("deleted topic %s (%s)", topic.name, topic.topic_id)
+            fields.update(name=topic.name, topic_id=topic.topic_id, error_code=ErrorCode.none)
+        except KafkaError as exc:
+            fields.update(error_code=exc.code, error_message=exc.message)
+        results.append(make(result_cls, **fields))
+    return make(cls, throttle_time=_ZERO, responses=tuple(results))
+
+
+async def handle_describe_configs(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    cls = response_class(header.api_key, header.api_version)
+    result_cls, entry_cls = nested(cls, "DescribeConfigsResult"), nested(cls, "DescribeConfigsResourceResult")
+    include_docs = getattr(request, "include_documentation", False)
+    results = []
+    for resource in request.resources:
+        entries: list[tuple[str, str | None, int, ConfigType, str]] = []
+        error, message = ErrorCode.none, None
+        if resource.resource_type == ConfigRecord.TOPIC:
+            topic = ctx.image.topic(resource.resource_name)
+            if topic is None:
+                error, message = ErrorCode.unknown_topic_or_partition, f"Topic {resource.resource_name} does not exist"
+            else:
+                for name, value, source in _topic_config_values(ctx, topic.configs):
+                    d = TOPIC_CONFIGS[name]
+                    entries.append((name, value, source, d.type, d.doc))
+        elif resource.resource_type == ConfigRecord.BROKER:
+            if resource.resource_name not in ("", str(ctx.node_id)):
+                error, message = ErrorCode.invalid_request, f"Unexpected broker id {resource.resource_name}"
+            else:
+                for name, d in BROKER_CONFIGS.items():
+                    value = ctx.config[name]
+                    source = SOURCE_STATIC_BROKER if ctx.config.is_set(name) else SOURCE_DEFAULT
+                    entries.append((name, None if value is None else format_value(value), source, d.type, d.doc))
+        else:
+            error, message = ErrorCode.invalid_request, f"Unsupported resource type {resource.resource_type}"
+        keys = set(resource.configuration_keys) if resource.configuration_keys else None
+        results.append(
+            make(
+                result_cls,
+                error_code=error,
+                error_message=message,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+                configs=tuple(
+                    make(
+                        entry_cls,
+                        name=name,
+                        value=value,
+                        read_only=name == "diskless.enable" or resource.resource_type == ConfigRecord.BROKER,
+                        config_source=source,
+                        is_default=source == SOURCE_DEFAULT,
+                        is_sensitive=False,
+                        synonyms=(),
+                        config_type=_CONFIG_TYPE_IDS[config_type],
+                        documentation=doc if include_docs else None,
+                    )
+                    for name, value, source, config_type, doc in entries
+                    if keys is None or name in keys
+                ),
+            )
+        )
+    return make(cls, throttle_time=_ZERO, results=tuple(results))

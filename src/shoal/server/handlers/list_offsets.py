@@ -1,0 +1,46 @@
+"""ListOffsets (2): earliest, latest, max timestamp and offset-for-timestamp, from the coordinator."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from shoal.coordinator.api import ListOffsetsRequest
+from shoal.protocol.apis import RequestHeader, response_class
+from shoal.protocol.build import make, nested
+from shoal.protocol.errors import ErrorCode
+from shoal.server.context import ServerContext
+
+_ZERO = datetime.timedelta(0)
+
+
+async def handle_list_offsets(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    cls = response_class(header.api_key, header.api_version)
+    topic_cls, partition_cls = nested(cls, "ListOffsetsTopicResponse"), nested(cls, "ListOffsetsPartitionResponse")
+    image = ctx.image
+    lookups: list[ListOffsetsRequest] = []
+    plan: list[tuple[str, list[tuple[int, int | None]]]] = []  # topic -> (partition, index into lookups | None)
+    for t in request.topics:
+        topic = image.topic(t.name)
+        entries = []
+        for p in t.partitions:
+            if topic is None or p.partition_index not in topic.partitions:
+                entries.append((p.partition_index, None))
+            else:
+                entries.append((p.partition_index, len(lookups)))
+                lookups.append(ListOffsetsRequest(ctx.partition_key(topic, p.partition_index), p.timestamp))
+        plan.append((t.name, entries))
+    answers = await ctx.run_blocking(ctx.coordinator.list_offsets, lookups) if lookups else []
+    topics = []
+    for name, entries in plan:
+        partitions = []
+        for partition, index in entries:
+            if index is None:
+                fields = {"error_code": ErrorCode.unknown_topic_or_partition, "timestamp": -1, "offset": -1}
+            else:
+                answer = answers[index]
+                fields = {"error_code": answer.errors, "timestamp": answer.timestamp, "offset": answer.offset}
+            partitions.append(make(partition_cls, partition_index=partition, leader_epoch=0,
+                                   old_style_offsets=(), **fields))
+        topics.append(make(topic_cls, name=name, partitions=tuple(partitions)))
+    return make(cls, throttle_time=_ZERO, topics=tuple(topics))

@@ -1,0 +1,174 @@
+"""Metadata (3, v0-v14), DescribeTopicPartitions (75) and DescribeCluster (60).
+
+Metadata v14 is KIP-1163's: the client sends its rack, and diskless partitions
+answer ``IsDiskless`` and ``PreferredProduceBrokers``. Older clients can put
+``diskless_rack_id=<rack>`` in their client id to get a leader in their rack.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from typing import Any
+
+from shoal.metadata.image import BrokerImage, MetadataImage, PartitionImage, TopicImage
+from shoal.protocol.apis import RequestHeader, response_class
+from shoal.protocol.build import make, nested
+from shoal.protocol.errors import ErrorCode
+from shoal.server.context import ServerContext
+
+log = logging.getLogger(__name__)
+
+_ZERO = datetime.timedelta(0)
+UNKNOWN_AUTHORIZED_OPERATIONS = -2147483648
+
+
+def client_rack(header: RequestHeader, request: Any) -> str | None:
+    """The client's rack: Metadata v14's RackId, else ``diskless_rack_id=`` in the client id (KIP-1163)."""
+    rack = getattr(request, "rack_id", "") or None
+    if rack is None and header.client_id and "diskless_rack_id=" in header.client_id:
+        rack = header.client_id.split("diskless_rack_id=", 1)[1].split(",", 1)[0] or None
+    return rack
+
+
+def preferred_brokers(image: MetadataImage, partition: PartitionImage, rack: str | None) -> list[int]:
+    """KIP-1163 rack-aware choice for a diskless partition: alive brokers in the client's rack
+    (all alive brokers when none is there), rotated by partition index for round-robin spread."""
+    brokers = sorted(image.brokers)
+    in_rack = [b for b in brokers if rack is not None and image.brokers[b].rack == rack]
+    candidates = in_rack or brokers
+    if not candidates:
+        return []
+    start = partition.partition % len(candidates)
+    return candidates[start:] + candidates[:start]
+
+
+def _partition_view(image: MetadataImage, topic: TopicImage, partition: PartitionImage, rack: str | None) -> dict:
+    view = {
+        "error_code": ErrorCode.none,
+        "partition_index": partition.partition,
+        "leader_id": partition.leader,
+        "leader_epoch": partition.leader_epoch,
+        "replica_nodes": partition.replicas,
+        "isr_nodes": partition.isr,
+        "offline_replicas": (),
+        "preferred_produce_brokers": (),
+        "eligible_leader_replicas": (),
+        "last_known_elr": (),
+    }
+    if topic.is_diskless:
+        preferred = preferred_brokers(image, partition, rack)
+        view["preferred_produce_brokers"] = tuple(preferred)
+        if rack is not None and preferred:
+            # Any broker serves a diskless partition: the one in the client's rack acts as its leader.
+            view["leader_id"] = preferred[0]
+    return view
+
+
+async def handle_metadata(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    image = ctx.image
+    cls = response_class(header.api_key, header.api_version)
+    topic_cls, partition_cls = nested(cls, "MetadataResponseTopic"), nested(cls, "MetadataResponsePartition")
+    rack = client_rack(header, request)
+    if request.topics is None or (header.api_version == 0 and not request.topics):
+        wanted: list[tuple[str | None, Any]] = [(t.name, t.topic_id) for t in image.topics_by_name.values()]
+    else:
+        wanted = [(t.name, getattr(t, "topic_id", None)) for t in request.topics]
+    topics = []
+    for name, topic_id in wanted:
+        topic = image.topic(name) if name is not None else image.topics_by_id.get(topic_id)
+        if topic is None:
+            error = ErrorCode.unknown_topic_id if name is None else ErrorCode.unknown_topic_or_partition
+            if name is not None and getattr(request, "allow_auto_topic_creation", True) and ctx.config[
+                "auto.create.topics.enable"
+            ]:
+                log.info(
+                    "not auto-creating topic %r requested by %s: new topics default to classic, which this "
+                    "version does not serve; create it with diskless.enable=true",
+                    name, header.client_id,
+                )
+            topics.append(make(topic_cls, error_code=error, name=name, topic_id=topic_id, is_internal=False,
+                               partitions=(), topic_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS))
+            continue
+        partitions = tuple(
+            make(partition_cls, **_partition_view(image, topic, p, rack))
+            for p in sorted(topic.partitions.values(), key=lambda p: p.partition)
+        )
+        topics.append(
+            make(
+                topic_cls,
+                error_code=ErrorCode.none,
+                name=topic.name,
+                topic_id=topic.topic_id,
+                is_internal=False,
+                partitions=partitions,
+                topic_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS,
+                is_diskless=topic.is_diskless,
+            )
+        )
+    broker_cls = nested(cls, "MetadataResponseBroker")
+    return make(
+        cls,
+        throttle_time=_ZERO,
+        brokers=tuple(make(broker_cls, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+                      for b in _brokers(image)),
+        cluster_id=ctx.cluster_id,
+        controller_id=ctx.node_id,
+        topics=tuple(topics),
+        cluster_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS,
+        error_code=ErrorCode.none,
+    )
+
+
+def _brokers(image: MetadataImage) -> list[BrokerImage]:
+    return [image.brokers[b] for b in sorted(image.brokers)]
+
+
+async def handle_describe_topic_partitions(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    image = ctx.image
+    cls = response_class(header.api_key, header.api_version)
+    topic_cls = nested(cls, "DescribeTopicPartitionsResponseTopic")
+    partition_cls = nested(cls, "DescribeTopicPartitionsResponsePartition")
+    names = [t.name for t in request.topics] if request.topics else sorted(image.topics_by_name)
+    if request.cursor is not None:
+        names = [n for n in names if n >= request.cursor.topic_name]
+    limit = max(request.response_partition_limit, 1)
+    topics, next_cursor = [], None
+    for name in names:
+        topic = image.topic(name)
+        if topic is None:
+            topics.append(make(topic_cls, error_code=ErrorCode.unknown_topic_or_partition, name=name, topic_id=None,
+                               is_internal=False, partitions=(), topic_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS))
+            continue
+        first = request.cursor.partition_index if request.cursor is not None and name == request.cursor.topic_name else 0
+        chosen = []
+        for p in sorted(topic.partitions.values(), key=lambda p: p.partition):
+            if p.partition < first:
+                continue
+            if limit == 0:
+                next_cursor = make(nested(cls, "Cursor"), topic_name=name, partition_index=p.partition)
+                break
+            chosen.append(make(partition_cls, **_partition_view(image, topic, p, None)))
+            limit -= 1
+        topics.append(make(topic_cls, error_code=ErrorCode.none, name=name, topic_id=topic.topic_id, is_internal=False,
+                           partitions=tuple(chosen), topic_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS))
+        if next_cursor is not None:
+            break
+    return make(cls, throttle_time=_ZERO, topics=tuple(topics), next_cursor=next_cursor)
+
+
+async def handle_describe_cluster(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    cls = response_class(header.api_key, header.api_version)
+    broker_cls = nested(cls, "DescribeClusterBroker")
+    return make(
+        cls,
+        throttle_time=_ZERO,
+        error_code=ErrorCode.none,
+        error_message=None,
+        endpoint_type=1,
+        cluster_id=ctx.cluster_id,
+        controller_id=ctx.node_id,
+        brokers=tuple(make(broker_cls, broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
+                      for b in _brokers(ctx.image)),
+        cluster_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS,
+    )
