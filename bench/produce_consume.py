@@ -137,12 +137,13 @@ class ProducerJob:
 class _DeliveryState:
     """Counters the delivery callback updates; one object so the callback stays cheap."""
 
-    __slots__ = ("delivered", "errors", "latencies", "last_ts")
+    __slots__ = ("delivered", "errors", "latencies", "delivered_at", "last_ts")
 
     def __init__(self) -> None:
         self.delivered = 0
         self.errors: dict[str, int] = {}
         self.latencies = array.array("d")
+        self.delivered_at = array.array("d")  # wall clock, aligned with latencies
         self.last_ts: float | None = None
 
 
@@ -162,6 +163,7 @@ def run_producer(job: ProducerJob, ready_q: Any, go: EventType) -> dict[str, Any
 
     st = _DeliveryState()
     lat_append = st.latencies.append
+    at_append = st.delivered_at.append
     now = time.time
 
     def on_delivery(err: Any, msg: Any) -> None:
@@ -172,9 +174,11 @@ def run_producer(job: ProducerJob, ready_q: Any, go: EventType) -> dict[str, Any
             return
         st.delivered += 1
         lat = msg.latency()
+        t = now()
+        st.last_ts = t
         if lat is not None:
             lat_append(lat)
-        st.last_ts = now()
+            at_append(t)
 
     conf = dict(job.conf)
     conf["bootstrap.servers"] = job.bootstrap
@@ -267,6 +271,7 @@ def run_producer(job: ProducerJob, ready_q: Any, go: EventType) -> dict[str, Any
         "end_ts": end_ts,
         "cpu_s": cpu1 - cpu0,
         "latencies": st.latencies.tobytes(),
+        "delivered_at": st.delivered_at.tobytes(),
     }
 
 
@@ -501,6 +506,21 @@ def percentiles_ms(latencies_s: array.array) -> dict[str, float | int | None]:
     }
 
 
+def latency_timeline(
+    latencies_s: array.array, delivered_at: array.array, start_ts: float
+) -> list[dict[str, float | int | None]]:
+    """Latency by second of sending: shows whether a backlog builds up during the phase."""
+    buckets: dict[int, array.array] = {}
+    for lat, at in zip(latencies_s, delivered_at, strict=True):
+        sec = max(0, int(at - lat - start_ts))
+        buckets.setdefault(sec, array.array("d")).append(lat)
+    out: list[dict[str, float | int | None]] = []
+    for sec in sorted(buckets):
+        pct = percentiles_ms(buckets[sec])
+        out.append({"second": sec, "records": pct["count"], "p50": pct["p50"], "p99": pct["p99"]})
+    return out
+
+
 def proc_tree_cpu_s(pid: int) -> float | None:
     """CPU seconds used so far by a process and all its descendants (Linux /proc)."""
     try:
@@ -654,9 +674,11 @@ def produce_phase(
     ok = [r for r in results if "fatal" not in r]
     fatal = [r["fatal"] for r in results if "fatal" in r]
     lat = array.array("d")
+    delivered_at = array.array("d")
     error_counts: dict[str, int] = {}
     for r in ok:
         lat.frombytes(r["latencies"])
+        delivered_at.frombytes(r["delivered_at"])
         for name, n in r["errors"].items():
             error_counts[name] = error_counts.get(name, 0) + n
     sent = sum(r["sent"] for r in ok)
@@ -688,6 +710,7 @@ def produce_phase(
         "mb_per_s": per_s(delivered * args.record_size / MB),
         "mib_per_s": per_s(delivered * args.record_size / MIB),
         "latency_ms": percentiles_ms(lat),
+        "latency_ms_by_second": latency_timeline(lat, delivered_at, start_ts) if start_ts else [],
         "local_queue_full_events": sum(r["queue_full_events"] for r in ok),
         "stopped_by": sorted({r["stopped_by"] for r in ok}),
         "flush_s": round(end_ts - send_end_ts, 3) if end_ts and send_end_ts else None,
@@ -700,9 +723,16 @@ def produce_phase(
         out["achieved_records_per_s"] = out.pop("records_per_s")
         out["achieved_mb_per_s"] = out.pop("mb_per_s")
         out["achieved_mib_per_s"] = out.pop("mib_per_s")
-        # Kept up: the client offered (nearly) the whole rate and the broker acked it all.
+        # Kept up: the client offered (nearly) the whole rate, the broker acked it all, and
+        # no backlog was left to drain after the last send (a broker that falls behind
+        # acknowledges the tail long after it was offered).
+        drain = out["flush_s"]
         out["kept_up"] = bool(
-            send_window and sent >= 0.98 * args.rate * min(duration, send_window) and delivered == sent
+            send_window
+            and sent >= 0.98 * args.rate * min(duration, send_window)
+            and delivered == sent
+            and drain is not None
+            and drain <= max(1.0, 0.1 * duration)
         )
     if broker_cpu0 is not None and broker_cpu1 is not None:
         out["broker_cpu_s"] = round(broker_cpu1 - broker_cpu0, 3)
@@ -982,8 +1012,12 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--rate and --duration must be > 0")
     if args.fixed_rate_duration is None:
         args.fixed_rate_duration = min(args.duration, 30.0)
-    if args.objects_dir and not os.path.isdir(args.objects_dir):
-        raise SystemExit(f"--objects-dir {args.objects_dir} is not a directory")
+    if args.objects_dir:
+        # A local store may create its directory on the first upload: a missing one is fine.
+        if os.path.exists(args.objects_dir) and not os.path.isdir(args.objects_dir):
+            raise SystemExit(f"--objects-dir {args.objects_dir} is not a directory")
+        if not os.path.exists(args.objects_dir):
+            log(f"--objects-dir {args.objects_dir} does not exist yet; counting files that appear there")
     if args.broker_pid and proc_tree_cpu_s(args.broker_pid) is None:
         raise SystemExit(f"--broker-pid {args.broker_pid}: no such process")
 

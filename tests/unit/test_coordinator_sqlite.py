@@ -302,6 +302,16 @@ def test_find_batches_limits_and_ranges(coord: SqliteBatchCoordinator) -> None:
     assert find(FindBatchRequest(tp(0), 45, 100))[0].batches[0].metadata.base_offset == 40
 
 
+def test_reads_after_an_interrupted_scan_see_new_commits(coord: SqliteBatchCoordinator) -> None:
+    commit(coord, *[batch(0) for _ in range(5)])
+    # A scan cut short by the byte limit must not pin the reader connection's snapshot.
+    assert len(coord.find_batches([FindBatchRequest(tp(0), 0, 100)], 100)[0].batches) == 1
+    commit(coord, batch(0, records=2))
+    r = coord.find_batches([FindBatchRequest(tp(0), 5, 100)], 100)[0]
+    assert (r.high_watermark, [b.metadata.base_offset for b in r.batches]) == (7, [5])
+    assert coord.list_offsets([ListOffsetsRequest(tp(0), ListOffsetsTimestamp.LATEST)])[0].offset == 7
+
+
 def test_list_offsets(coord: SqliteBatchCoordinator, clock: FakeClock) -> None:
     def lookup(ts: int, partition: int = 0) -> tuple[ErrorCode, int, int]:
         r = coord.list_offsets([ListOffsetsRequest(tp(partition), ts)])[0]
@@ -330,6 +340,7 @@ def test_list_offsets(coord: SqliteBatchCoordinator, clock: FakeClock) -> None:
     assert lookup(5001) == (ErrorCode.none, -1, -1)
     assert lookup(0, partition=1) == (ErrorCode.none, -1, -1)
     assert lookup(0, partition=9)[0] == ErrorCode.unknown_topic_or_partition
+    assert lookup(-7)[0] == ErrorCode.invalid_request
 
     # After deleting the batches that raised the running max, lookups still answer exactly.
     commit(coord, batch(1, records=1, ts=900), batch(1, records=1, ts=50), batch(1, records=1, ts=60))
@@ -360,7 +371,7 @@ def test_delete_records_moves_start_and_marks_objects(
     )
     assert [(x.errors, x.low_watermark) for x in r] == [
         (ErrorCode.none, 15),
-        (ErrorCode.offset_out_of_range, 0),
+        (ErrorCode.offset_out_of_range, -1),
         (ErrorCode.unknown_topic_or_partition, -1),
     ]
     # Batch 0-9 is gone; "a" still holds 10-19, so nothing to delete yet.

@@ -250,10 +250,13 @@ class SqliteBatchCoordinator:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield conn
+                conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                # SQLite may already have rolled back (e.g. on SQLITE_FULL); never leave a
+                # transaction open on the shared connection, the next BEGIN would fail.
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise
-            conn.execute("COMMIT")
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -646,7 +649,8 @@ class SqliteBatchCoordinator:
         (at least the log start offset) of the first batch whose max timestamp is >= the
         target, with that batch's max timestamp (log append time for LogAppendTime
         batches). MAX_TIMESTAMP answers the last offset of the earliest batch holding the
-        greatest timestamp. The broker may refine both by reading the batch.
+        greatest timestamp. The broker may refine both by reading the batch. Other
+        negative timestamps answer INVALID_REQUEST.
         """
         responses: list[ListOffsetsResponse] = []
         with self._read() as conn:
@@ -748,9 +752,8 @@ class SqliteBatchCoordinator:
                     continue
                 offset = log.high_watermark if req.offset == -1 else req.offset
                 if offset < 0 or offset > log.high_watermark:
-                    responses.append(
-                        DeleteRecordsResponse(ErrorCode.offset_out_of_range, log.log_start_offset)
-                    )
+                    # Kafka answers errors with INVALID_LOW_WATERMARK (-1).
+                    responses.append(DeleteRecordsResponse(ErrorCode.offset_out_of_range, -1))
                     continue
                 if offset > log.log_start_offset:
                     freed = self._delete_batches_below(conn, log.log_id, offset, now)
