@@ -21,6 +21,7 @@ import argparse
 import array
 import datetime as dt
 import json
+import logging
 import math
 import multiprocessing as mp
 import os
@@ -41,6 +42,10 @@ MB = 1_000_000
 MIB = 1 << 20
 # Names a local object store may use for files that are not (yet) objects.
 _TEMP_SUFFIXES = (".tmp", ".part", ".partial", ".temp", "~")
+
+
+class BenchError(Exception):
+    """The run cannot go on (no broker, no topic): reported in the JSON, exit status 1."""
 
 
 def log(msg: str) -> None:
@@ -81,6 +86,39 @@ def parse_kv(items: list[str], what: str) -> dict[str, str]:
             raise SystemExit(f"{what} expects key=value, got {item!r}")
         out[key.strip()] = value.strip()
     return out
+
+
+class _FirstN(logging.Filter):
+    """Lets the first ``limit`` records through, then counts: a dead broker makes librdkafka
+    log every reconnect attempt, which would bury the progress lines."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+        self.suppressed = 0
+        self._passed = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self._passed < self.limit:
+            self._passed += 1
+            return True
+        self.suppressed += 1
+        return False
+
+
+def client_logger(name: str, limit: int = 10) -> tuple[logging.Logger, _FirstN]:
+    """A logger for librdkafka's ``logger`` setting that prints at most ``limit`` lines."""
+    logger = logging.getLogger(f"bench.{name}")
+    logger.propagate = False
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(f"[{name}] %(message)s"))
+        logger.addHandler(handler)
+    limiter = _FirstN(limit)
+    for old in list(logger.filters):
+        logger.removeFilter(old)
+    logger.addFilter(limiter)
+    return logger, limiter
 
 
 # --------------------------------------------------------------------------------------
@@ -184,6 +222,8 @@ def run_producer(job: ProducerJob, ready_q: Any, go: EventType) -> dict[str, Any
     conf["bootstrap.servers"] = job.bootstrap
     conf.setdefault("client.id", f"bench-producer-{job.index}")
     conf["on_delivery"] = on_delivery
+    logger, limiter = client_logger(f"producer-{job.index}")
+    conf["logger"] = logger
     producer = Producer(conf)
     # Warm up: metadata and the broker connection exist before the clock starts.
     md = producer.list_topics(job.topic, timeout=15)
@@ -257,6 +297,8 @@ def run_producer(job: ProducerJob, ready_q: Any, go: EventType) -> dict[str, Any
     remaining = producer.flush(job.flush_timeout_s)
     end_ts = time.time()
     cpu1 = cpu_seconds_self()
+    if limiter.suppressed:
+        log(f"producer-{job.index}: {limiter.suppressed} more client log lines suppressed")
     return {
         "index": job.index,
         "sent": sent,
@@ -318,6 +360,8 @@ def run_consumer(job: ConsumerJob, ready_q: Any, go: EventType) -> dict[str, Any
     conf["enable.auto.offset.store"] = False
     conf.setdefault("auto.offset.reset", "earliest")
     conf["enable.partition.eof"] = True
+    logger, limiter = client_logger(f"consumer-{job.index}")
+    conf["logger"] = logger
     consumer = Consumer(conf)
     try:
         consumer.list_topics(job.topic, timeout=15)
@@ -411,6 +455,8 @@ def run_consumer(job: ConsumerJob, ready_q: Any, go: EventType) -> dict[str, Any
         cpu1 = cpu_seconds_self()
     finally:
         consumer.close()
+        if limiter.suppressed:
+            log(f"consumer-{job.index}: {limiter.suppressed} more client log lines suppressed")
     return {
         "index": job.index,
         "records": records,
@@ -843,9 +889,14 @@ def ensure_topic(args: argparse.Namespace, topic: str) -> dict[str, Any]:
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": args.bootstrap, "client.id": "bench-admin"})
+    admin = AdminClient(
+        {"bootstrap.servers": args.bootstrap, "client.id": "bench-admin", "logger": client_logger("admin")[0]}
+    )
     topic_conf = parse_kv(args.topic_config, "--topic-config")
-    md = admin.list_topics(timeout=15)
+    try:
+        md = admin.list_topics(timeout=15)
+    except KafkaException as exc:
+        raise BenchError(f"cannot reach {args.bootstrap}: {exc}") from None
     info: dict[str, Any] = {"name": topic, "created": False, "config": topic_conf}
     existing = md.topics.get(topic)
     if existing is not None and existing.error is None:
@@ -873,7 +924,7 @@ def ensure_topic(args: argparse.Namespace, topic: str) -> dict[str, Any]:
             last_error = str(err)
             log(f"create_topics with replication_factor={rf} failed: {err}")
     if not created:
-        raise SystemExit(f"could not create topic {topic}: {last_error}")
+        raise BenchError(f"could not create topic {topic}: {last_error}")
     info["created"] = True
 
     deadline = time.monotonic() + 30
@@ -888,7 +939,7 @@ def ensure_topic(args: argparse.Namespace, topic: str) -> dict[str, Any]:
             info["partitions"] = len(tmd.partitions)
             break
         if time.monotonic() >= deadline:
-            raise SystemExit(f"topic {topic} has no leader for every partition after 30s: {tmd}")
+            raise BenchError(f"topic {topic} has no leader for every partition after 30s: {tmd}")
         time.sleep(0.5)
     log(f"created topic {topic} ({info['partitions']} partitions, config {topic_conf})")
     return info
@@ -898,7 +949,9 @@ def delete_topic(args: argparse.Namespace, topic: str) -> str | None:
     """Best effort: some brokers under test do not implement DeleteTopics yet."""
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": args.bootstrap, "client.id": "bench-admin"})
+    admin = AdminClient(
+        {"bootstrap.servers": args.bootstrap, "client.id": "bench-admin", "logger": client_logger("admin")[0]}
+    )
     try:
         admin.delete_topics([topic], operation_timeout=30, request_timeout=30)[topic].result(timeout=40)
         return None
@@ -1061,7 +1114,16 @@ def main(argv: list[str] | None = None) -> int:
         "objects_dir": args.objects_dir,
     }
     log(f"broker {args.bootstrap}, topic {topic}, phases {','.join(phases)}")
-    report["topic"] = ensure_topic(args, topic)
+    try:
+        report["topic"] = ensure_topic(args, topic)
+    except BenchError as exc:
+        log(str(exc))
+        report["error"] = str(exc)
+        report["load_avg"]["end"] = load_avg()
+        report["finished_at"] = utc_now()
+        report["ok"] = False
+        emit(report, args.output)
+        return 1
     partitions = report["topic"]["partitions"]
 
     watcher = ObjectWatcher(args.objects_dir) if args.objects_dir else None
@@ -1115,13 +1177,18 @@ def main(argv: list[str] | None = None) -> int:
     report["finished_at"] = utc_now()
     report["ok"] = not failed
 
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.output:
-        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-        with open(args.output, "w") as f:
-            f.write(text + "\n")
+    emit(report, args.output)
     return 0 if not failed else 2
+
+
+def emit(report: dict[str, Any], output: str | None) -> None:
+    """The one JSON document on stdout, and in ``--output`` when given."""
+    text = json.dumps(report, indent=2)
+    print(text, flush=True)
+    if output:
+        os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+        with open(output, "w") as f:
+            f.write(text + "\n")
 
 
 if __name__ == "__main__":

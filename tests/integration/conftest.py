@@ -58,7 +58,9 @@ def broker_factory(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[B
 
     yield make
 
-    died = [b for b in brokers if b.proc is not None and b.proc.poll() is not None and not b.stopped_on_purpose]
+    died = [
+        b for b in brokers if b.proc is not None and b.proc.poll() is not None and not b.stopped_on_purpose
+    ]
     for b in brokers:
         b.close()
     if _test_failed(request) or died:

@@ -67,7 +67,9 @@ def bad_broker(module_broker: BrokerProcess, request: pytest.FixtureRequest) -> 
     yield module_broker
     if not module_broker.is_running():
         tail = module_broker.log_tail(80)
-        pytest.fail(f"broker died during {request.node.name} (exit {module_broker.returncode})\n{tail}", pytrace=False)
+        pytest.fail(
+            f"broker died during {request.node.name} (exit {module_broker.returncode})\n{tail}", pytrace=False
+        )
     failed = getattr(getattr(request.node, "rep_call", None), "failed", False)
     if failed:
         print(module_broker.log_tail(60))
@@ -85,7 +87,9 @@ def assert_client_works(broker: BrokerProcess, topic: str) -> None:
     marker = f"still-alive-{uuid.uuid4().hex}".encode()
     delivered: list[Any] = []
     producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 0})
-    producer.produce(topic, value=marker, partition=0, on_delivery=lambda err, msg: delivered.append((err, msg)))
+    producer.produce(
+        topic, value=marker, partition=0, on_delivery=lambda err, msg: delivered.append((err, msg))
+    )
     assert producer.flush(30) == 0, f"record not delivered after bad input\n{broker.log_tail(40)}"
     err, msg = delivered[0]
     assert err is None, f"delivery failed after bad input: {err}"
@@ -110,7 +114,9 @@ def produce_raw(client: WireClient, topic: str, partitions: dict[int, bytes]) ->
         topic_data=(
             TopicProduceData(
                 name=topic,
-                partition_data=tuple(PartitionProduceData(index=i32(p), records=b) for p, b in partitions.items()),
+                partition_data=tuple(
+                    PartitionProduceData(index=i32(p), records=b) for p, b in partitions.items()
+                ),
             ),
         ),
     )
@@ -135,7 +141,9 @@ def partition_results(response: Any, topic: str) -> dict[int, Any]:
         pytest.param(b"\xff\xff", id="shorter-than-a-header"),
         pytest.param(random.Random(1).randbytes(64), id="random-bytes"),
         pytest.param(struct.pack(">hhi", 999, 0, 1) + struct.pack(">h", 1) + b"x", id="unknown-api-key"),
-        pytest.param(struct.pack(">hhi", 3, 12, 7) + struct.pack(">h", 200) + b"short", id="truncated-client-id"),
+        pytest.param(
+            struct.pack(">hhi", 3, 12, 7) + struct.pack(">h", 200) + b"short", id="truncated-client-id"
+        ),
     ],
 )
 def test_garbage_frame_closes_connection(bad_broker: BrokerProcess, good_topic: str, payload: bytes) -> None:
@@ -165,7 +173,9 @@ def test_produce_bad_crc_is_corrupt_message(bad_broker: BrokerProcess, good_topi
     bad = corrupt_batch(build_record_batch([(b"k", b"bad-record")]))
     consumer = confluent_consumer(bad_broker.bootstrap)
     try:
-        high_before = consumer.get_watermark_offsets(TopicPartition(good_topic, 1), timeout=10, cached=False)[1]
+        high_before = consumer.get_watermark_offsets(TopicPartition(good_topic, 1), timeout=10, cached=False)[
+            1
+        ]
     finally:
         consumer.close()
     with WireClient(bad_broker.port) as client:
@@ -174,7 +184,9 @@ def test_produce_bad_crc_is_corrupt_message(bad_broker: BrokerProcess, good_topi
     assert int(results[0].error_code) == 0, f"the good batch in the same request failed: {results[0]}"
     consumer = confluent_consumer(bad_broker.bootstrap)
     try:
-        high_after = consumer.get_watermark_offsets(TopicPartition(good_topic, 1), timeout=10, cached=False)[1]
+        high_after = consumer.get_watermark_offsets(TopicPartition(good_topic, 1), timeout=10, cached=False)[
+            1
+        ]
     finally:
         consumer.close()
     assert high_after == high_before, "the corrupt batch was appended"
@@ -190,18 +202,28 @@ def test_produce_oversized_batch_is_message_too_large(bad_broker: BrokerProcess,
 
     errors: list[Any] = []
     producer = Producer({"bootstrap.servers": bad_broker.bootstrap, "linger.ms": 0})
-    producer.produce(good_topic, value=b"y" * (MESSAGE_MAX * 2), partition=1,
-                     on_delivery=lambda err, msg: errors.append(err))
+    producer.produce(
+        good_topic,
+        value=b"y" * (MESSAGE_MAX * 2),
+        partition=1,
+        on_delivery=lambda err, msg: errors.append(err),
+    )
     assert producer.flush(30) == 0
     assert errors and errors[0] is not None and errors[0].code() == KafkaError.MSG_SIZE_TOO_LARGE, errors
     assert_client_works(bad_broker, good_topic)
 
 
 @pytest.mark.parametrize("where", ["unknown-topic", "unknown-partition"])
-def test_produce_and_fetch_unknown_topic_or_partition(bad_broker: BrokerProcess, good_topic: str, where: str) -> None:
-    topic, partition = (f"no-such-topic-{uuid.uuid4().hex[:6]}", 0) if where == "unknown-topic" else (good_topic, 99)
+def test_produce_and_fetch_unknown_topic_or_partition(
+    bad_broker: BrokerProcess, good_topic: str, where: str
+) -> None:
+    topic, partition = (
+        (f"no-such-topic-{uuid.uuid4().hex[:6]}", 0) if where == "unknown-topic" else (good_topic, 99)
+    )
     with WireClient(bad_broker.port) as client:
-        results = partition_results(produce_raw(client, topic, {partition: build_record_batch([(None, b"v")])}), topic)
+        results = partition_results(
+            produce_raw(client, topic, {partition: build_record_batch([(None, b"v")])}), topic
+        )
         assert int(results[partition].error_code) == 3, f"produce to {where} answered {results[partition]}"
 
         fetch = FetchRequest(
@@ -211,8 +233,11 @@ def test_produce_and_fetch_unknown_topic_or_partition(bad_broker: BrokerProcess,
             topics=(
                 FetchTopic(
                     topic=topic,
-                    partitions=(FetchPartition(partition=i32(partition), fetch_offset=i64(0),
-                                               partition_max_bytes=i32(1 << 20)),),
+                    partitions=(
+                        FetchPartition(
+                            partition=i32(partition), fetch_offset=i64(0), partition_max_bytes=i32(1 << 20)
+                        ),
+                    ),
                 ),
             ),
             forgotten_topics_data=(),
@@ -221,7 +246,9 @@ def test_produce_and_fetch_unknown_topic_or_partition(bad_broker: BrokerProcess,
     parts = [p for t in response.responses for p in t.partitions]
     assert parts and all(int(p.error_code) == 3 for p in parts), f"fetch from {where} answered {response}"
     admin = admin_client(bad_broker.bootstrap)
-    assert topic == good_topic or topic not in admin.list_topics(timeout=10).topics, "unknown topic got created"
+    assert topic == good_topic or topic not in admin.list_topics(timeout=10).topics, (
+        "unknown topic got created"
+    )
     assert_client_works(bad_broker, good_topic)
 
 
@@ -273,8 +300,9 @@ def test_create_topic_invalid_config(bad_broker: BrokerProcess, good_topic: str,
 
 def test_create_duplicate_topic(bad_broker: BrokerProcess, good_topic: str) -> None:
     admin = admin_client(bad_broker.bootstrap)
-    future = admin.create_topics([NewTopic(good_topic, 2, 1, config={"diskless.enable": "true"})],
-                                 request_timeout=15)[good_topic]
+    future = admin.create_topics(
+        [NewTopic(good_topic, 2, 1, config={"diskless.enable": "true"})], request_timeout=15
+    )[good_topic]
     with pytest.raises(KafkaException) as info:
         future.result(20)
     assert info.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS, str(info.value)
@@ -302,7 +330,9 @@ def test_api_versions_unsupported_version(bad_broker: BrokerProcess, good_topic:
         )
         assert int(response.error_code) == 35, f"v99 answered {response.error_code}"
         ranges = {int(a.api_key): (int(a.min_version), int(a.max_version)) for a in response.api_keys}
-        assert 18 in ranges and ranges[18][0] == 0 and ranges[18][1] >= 3, f"ApiVersions range {ranges.get(18)}"
+        assert 18 in ranges and ranges[18][0] == 0 and ranges[18][1] >= 3, (
+            f"ApiVersions range {ranges.get(18)}"
+        )
         assert 0 in ranges and 1 in ranges and 3 in ranges, f"Produce/Fetch/Metadata missing: {ranges}"
 
         v3 = client.request(

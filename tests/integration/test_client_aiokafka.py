@@ -71,7 +71,13 @@ async def test_aiokafka_round_trip(broker: BrokerProcess, topic_name: str, codec
                 for r in records:
                     received.append(
                         Rec(
-                            r.partition, r.offset, r.key, r.value, tuple(r.headers), r.timestamp_type, r.timestamp
+                            r.partition,
+                            r.offset,
+                            r.key,
+                            r.value,
+                            tuple(r.headers),
+                            r.timestamp_type,
+                            r.timestamp,
                         )
                     )
             if len(received) >= len(sent):

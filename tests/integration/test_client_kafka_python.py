@@ -22,7 +22,12 @@ def test_kafka_python_round_trip(broker: BrokerProcess, topic_name: str, codec: 
     base_ts = int(time.time() * 1000) - 600_000
     # kafka-python accepts only bytes header values: no null headers for it.
     sent = make_workload(
-        RECORDS_PER_CODEC, PARTITIONS, f"kafka-python-{codec}", seed=22, base_timestamp=base_ts, null_headers=False
+        RECORDS_PER_CODEC,
+        PARTITIONS,
+        f"kafka-python-{codec}",
+        seed=22,
+        base_timestamp=base_ts,
+        null_headers=False,
     )
 
     producer = KafkaProducer(
@@ -70,7 +75,15 @@ def test_kafka_python_round_trip(broker: BrokerProcess, topic_name: str, codec: 
             for records in batch.values():
                 for r in records:
                     received.append(
-                        Rec(r.partition, r.offset, r.key, r.value, tuple(r.headers), r.timestamp_type, r.timestamp)
+                        Rec(
+                            r.partition,
+                            r.offset,
+                            r.key,
+                            r.value,
+                            tuple(r.headers),
+                            r.timestamp_type,
+                            r.timestamp,
+                        )
                     )
             if len(received) >= len(sent):
                 if settle_until is None:

@@ -22,7 +22,9 @@ CODECS = ["gzip", "snappy", "lz4", "zstd"]
 RECORDS_PER_CODEC = 25_000
 PARTITIONS = 4
 
-pytestmark = pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat not installed (apt-get install kcat)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("kcat") is None, reason="kcat not installed (apt-get install kcat)"
+)
 
 
 def kcat_workload(n: int, tag: str, codec: str, seed: int) -> tuple[bytes, list[Sent]]:
@@ -45,7 +47,9 @@ def kcat_consume_partition(bootstrap: str, topic: str, partition: int) -> list[R
         capture_output=True,
         timeout=120,
     )
-    assert proc.returncode == 0, f"kcat consumer p{partition} exited {proc.returncode}: {proc.stderr[-2000:]!r}"
+    assert proc.returncode == 0, (
+        f"kcat consumer p{partition} exited {proc.returncode}: {proc.stderr[-2000:]!r}"
+    )
     out: list[Rec] = []
     for line in proc.stdout.splitlines():
         if not line.strip():
@@ -71,9 +75,23 @@ def test_kcat_round_trip(broker: BrokerProcess, topic_name: str, codec: str) -> 
     t0 = int(time.time() * 1000)
     produce = subprocess.run(
         [
-            KCAT, "-P", "-b", broker.bootstrap, "-t", topic_name, "-K:", "-z", codec,
-            "-H", f"tag=kcat-{codec}", "-H", f"codec={codec}",
-            "-X", "enable.idempotence=true", "-X", "linger.ms=5",
+            KCAT,
+            "-P",
+            "-b",
+            broker.bootstrap,
+            "-t",
+            topic_name,
+            "-K:",
+            "-z",
+            codec,
+            "-H",
+            f"tag=kcat-{codec}",
+            "-H",
+            f"codec={codec}",
+            "-X",
+            "enable.idempotence=true",
+            "-X",
+            "linger.ms=5",
         ],
         input=stdin,
         capture_output=True,

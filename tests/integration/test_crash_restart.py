@@ -113,9 +113,20 @@ def test_sigkill_loses_no_acknowledged_record_and_creates_no_duplicate(
     out_path, err_path = tmp_path / "producer.out", tmp_path / "producer.err"
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         proc = subprocess.Popen(
-            [sys.executable, str(script), broker.bootstrap, topic_name, str(acked_path), str(stop_path),
-             str(partitions), "150", "2000000"],
-            stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+            [
+                sys.executable,
+                str(script),
+                broker.bootstrap,
+                topic_name,
+                str(acked_path),
+                str(stop_path),
+                str(partitions),
+                "150",
+                "2000000",
+            ],
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
         )
     try:
         before_kill = _wait_for_acks(acked_path, 3000, proc, timeout=60)
@@ -149,8 +160,10 @@ def test_sigkill_loses_no_acknowledged_record_and_creates_no_duplicate(
     assert len(md.topics[topic_name].partitions) == partitions
     consumer = confluent_consumer(broker.bootstrap)
     try:
-        highs = [consumer.get_watermark_offsets(TopicPartition(topic_name, p), timeout=10, cached=False)[1]
-                 for p in range(partitions)]
+        highs = [
+            consumer.get_watermark_offsets(TopicPartition(topic_name, p), timeout=10, cached=False)[1]
+            for p in range(partitions)
+        ]
     finally:
         consumer.close()
     total = sum(highs)
@@ -240,7 +253,9 @@ def test_diskless_enable_cannot_be_changed_after_creation(broker: BrokerProcess,
     resource = ConfigResource(
         ResourceType.TOPIC,
         topic_name,
-        incremental_configs=[ConfigEntry("diskless.enable", "false", incremental_operation=AlterConfigOpType.SET)],
+        incremental_configs=[
+            ConfigEntry("diskless.enable", "false", incremental_operation=AlterConfigOpType.SET)
+        ],
     )
     try:
         admin.incremental_alter_configs([resource], request_timeout=15)[resource].result(15)

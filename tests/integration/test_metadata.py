@@ -51,7 +51,12 @@ def parse_metadata_v14(r: Reader) -> dict:
     resp["controller_id"] = r.int32()
     resp["topics"] = []
     for _ in range(r.compact_array_len()):
-        topic = {"error_code": r.int16(), "name": r.compact_string(), "topic_id": r.uuid(), "is_internal": r.bool()}
+        topic = {
+            "error_code": r.int16(),
+            "name": r.compact_string(),
+            "topic_id": r.uuid(),
+            "is_internal": r.bool(),
+        }
         topic["partitions"] = []
         for _ in range(r.compact_array_len()):
             part = {
@@ -87,7 +92,8 @@ def metadata_v14(broker: BrokerProcess, topics: list[str] | None, rack_id: str =
 def test_api_versions_advertises_metadata_v14(broker: BrokerProcess) -> None:
     with WireClient(broker.port) as client:
         resp = client.request(
-            ApiVersionsRequest(client_software_name="shoal-it", client_software_version="1.0"), ApiVersionsResponse
+            ApiVersionsRequest(client_software_name="shoal-it", client_software_version="1.0"),
+            ApiVersionsResponse,
         )
     ranges = {int(a.api_key): (int(a.min_version), int(a.max_version)) for a in resp.api_keys}
     assert ranges.get(3, (0, 0))[1] >= 14, f"Metadata range {ranges.get(3)}"
@@ -105,7 +111,9 @@ def test_metadata_v14_marks_diskless_topic(broker: BrokerProcess, diskless_topic
     assert sorted(p["partition_index"] for p in topic["partitions"]) == [0, 1, 2, 3]
     for p in topic["partitions"]:
         assert p["error_code"] == 0 and p["leader_id"] == 1, p
-        assert p["preferred_produce_brokers"] == [1], f"PreferredProduceBrokers {p['preferred_produce_brokers']}"
+        assert p["preferred_produce_brokers"] == [1], (
+            f"PreferredProduceBrokers {p['preferred_produce_brokers']}"
+        )
 
 
 def test_metadata_v14_all_topics_and_unknown_topic(broker: BrokerProcess, diskless_topic: str) -> None:
@@ -129,7 +137,9 @@ def _metadata_request(version: int, topic: str):  # noqa: ANN202 - kio types var
 
 
 @pytest.mark.parametrize("version", [0, 1, 4, 5, 7, 9, 10, 12, 13])
-def test_metadata_older_versions_decode_exactly(broker: BrokerProcess, diskless_topic: str, version: int) -> None:
+def test_metadata_older_versions_decode_exactly(
+    broker: BrokerProcess, diskless_topic: str, version: int
+) -> None:
     """Each version carries exactly its own fields (v14 additions never leak into v0-13)."""
     request, response_type = _metadata_request(version, diskless_topic)
     with WireClient(broker.port) as client:
@@ -149,7 +159,9 @@ def test_describe_cluster_and_topic_partitions(broker: BrokerProcess, diskless_t
     cluster = admin.describe_cluster(request_timeout=15).result(15)
     assert [n.id for n in cluster.nodes] == [1]
     assert cluster.nodes[0].port == broker.port
-    desc = admin.describe_topics(TopicCollection([diskless_topic]), request_timeout=15)[diskless_topic].result(15)
+    desc = admin.describe_topics(TopicCollection([diskless_topic]), request_timeout=15)[
+        diskless_topic
+    ].result(15)
     assert [p.id for p in desc.partitions] == [0, 1, 2, 3]
     assert all(p.leader is not None and p.leader.id == 1 for p in desc.partitions)
 
@@ -165,4 +177,3 @@ def test_delete_topic(broker: BrokerProcess, topic_name: str) -> None:
     with pytest.raises(KafkaException) as info:
         admin.delete_topics([topic_name], request_timeout=15)[topic_name].result(20)
     assert info.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
-

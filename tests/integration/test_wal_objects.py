@@ -35,7 +35,9 @@ def test_wal_objects_start_with_version_zero(broker: BrokerProcess, topic_name: 
     check_records(confluent_consume(broker.bootstrap, topic_name, range(4), len(sent)), sent)
 
     objects = broker.wal_objects()
-    assert objects, f"no WAL objects under {broker.objects_dir}/wal: {list(broker.objects_dir.rglob('*'))[:20]}"
+    assert objects, (
+        f"no WAL objects under {broker.objects_dir}/wal: {list(broker.objects_dir.rglob('*'))[:20]}"
+    )
     total_batches = 0
     for path in objects:
         uuid.UUID(path.name)  # key is wal/<uuid>
@@ -76,8 +78,13 @@ def _steady_producer(
         target = int(elapsed * rate)
         while sent < target:
             try:
-                producer.produce(topic, value=value, key=str(sent).encode(), partition=sent % partitions,
-                                 on_delivery=on_delivery)
+                producer.produce(
+                    topic,
+                    value=value,
+                    key=str(sent).encode(),
+                    partition=sent % partitions,
+                    on_delivery=on_delivery,
+                )
             except BufferError:
                 producer.poll(0.01)
                 continue
@@ -109,7 +116,8 @@ def test_object_count_tracks_time_not_requests(broker_factory: Any, topic_name: 
     results: list[dict[str, Any]] = [{} for _ in range(producers)]
     threads = [
         threading.Thread(
-            target=_steady_producer, args=(broker.bootstrap, topic_name, partitions, duration, 1500, results[i])
+            target=_steady_producer,
+            args=(broker.bootstrap, topic_name, partitions, duration, 1500, results[i]),
         )
         for i in range(producers)
     ]
@@ -122,7 +130,9 @@ def test_object_count_tracks_time_not_requests(broker_factory: Any, topic_name: 
     assert not any(t.is_alive() for t in threads), "a producer thread hung"
 
     for i, r in enumerate(results):
-        assert r.get("left") == 0 and not r.get("errors"), f"producer {i}: {r.get('left')} undelivered, {r.get('errors', [])[:3]}"
+        assert r.get("left") == 0 and not r.get("errors"), (
+            f"producer {i}: {r.get('left')} undelivered, {r.get('errors', [])[:3]}"
+        )
     total_sent = sum(r["sent"] for r in results)
     requests = sum(r["produce_requests"] for r in results)
     objects = len(broker.wal_objects()) - before
@@ -141,7 +151,10 @@ def _object_sizes_for_workload(broker: BrokerProcess, topic: str, n: int) -> tup
     sent = make_workload(n, 8, "wal-size", seed=9)
     start = time.monotonic()
     confluent_produce(
-        broker.bootstrap, topic, sent, config={"compression.type": "none", "batch.size": 32768, "linger.ms": 5}
+        broker.bootstrap,
+        topic,
+        sent,
+        config={"compression.type": "none", "batch.size": 32768, "linger.ms": 5},
     )
     elapsed = time.monotonic() - start
     check_records(confluent_consume(broker.bootstrap, topic, range(8), len(sent)), sent)

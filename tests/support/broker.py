@@ -65,7 +65,9 @@ def wait_ready(
             last_error = exc
             time.sleep(0.1)
     tail = describe() if callable(describe) else ""
-    raise BrokerError(f"broker not accepting connections on {host}:{port} after {timeout}s ({last_error})\n{tail}")
+    raise BrokerError(
+        f"broker not accepting connections on {host}:{port} after {timeout}s ({last_error})\n{tail}"
+    )
 
 
 class BrokerProcess:
@@ -167,7 +169,9 @@ class BrokerProcess:
             )
         try:
             wait_ready(
-                self.port, timeout if timeout is not None else self.start_timeout, proc=self.proc,
+                self.port,
+                timeout if timeout is not None else self.start_timeout,
+                proc=self.proc,
                 describe=self.log_tail,
             )
         except BrokerError:
@@ -194,7 +198,9 @@ class BrokerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
-                raise BrokerError(f"broker ignored SIGTERM for {timeout}s (killed)\n{self.log_tail()}") from None
+                raise BrokerError(
+                    f"broker ignored SIGTERM for {timeout}s (killed)\n{self.log_tail()}"
+                ) from None
         return self.proc.returncode
 
     def kill(self) -> int | None:
@@ -395,7 +401,9 @@ def encode_request_header(
 class WireClient:
     """A blocking Kafka protocol connection: send frames we build, read frames back."""
 
-    def __init__(self, port: int, host: str = HOST, timeout: float = 15.0, client_id: str = "shoal-it-raw") -> None:
+    def __init__(
+        self, port: int, host: str = HOST, timeout: float = 15.0, client_id: str = "shoal-it-raw"
+    ) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.client_id = client_id
@@ -421,7 +429,13 @@ class WireClient:
         self.sock.sendall(struct.pack(">i", len(payload)) + payload)
 
     def send_request(
-        self, api_key: int, api_version: int, body: bytes, *, flexible: bool, correlation_id: int | None = None
+        self,
+        api_key: int,
+        api_version: int,
+        body: bytes,
+        *,
+        flexible: bool,
+        correlation_id: int | None = None,
     ) -> int:
         """Frame header + body; returns the correlation id used."""
         cid = self.next_correlation_id() if correlation_id is None else correlation_id
@@ -532,10 +546,9 @@ def build_record_batch(
     encoded = [encode_record(i, 0, k, v) for i, (k, v) in enumerate(records)]
     count = len(encoded)
     # attributes .. end: attributes(2) lastOffsetDelta(4) baseTs(8) maxTs(8) pid(8) epoch(2) seq(4) count(4)
-    after_crc = (
-        struct.pack(">hiqqqhii", 0, count - 1, ts, ts, producer_id, producer_epoch, base_sequence, count)
-        + b"".join(encoded)
-    )
+    after_crc = struct.pack(
+        ">hiqqqhii", 0, count - 1, ts, ts, producer_id, producer_epoch, base_sequence, count
+    ) + b"".join(encoded)
     crc = crc32c.crc32c(after_crc)
     # batchLength counts from partitionLeaderEpoch to the end.
     batch_length = 4 + 1 + 4 + len(after_crc)
@@ -741,7 +754,9 @@ def check_records(
             if s.timestamp is None and timestamp_range is not None:
                 lo, hi = timestamp_range
                 if not lo <= rec.timestamp <= hi:
-                    problems.append(f"{where}: timestamp {rec.timestamp} outside the produce run [{lo}, {hi}]")
+                    problems.append(
+                        f"{where}: timestamp {rec.timestamp} outside the produce run [{lo}, {hi}]"
+                    )
             if len(problems) > max_problems:
                 break
         if len(problems) > max_problems:
@@ -750,7 +765,11 @@ def check_records(
         shown = "\n  ".join(problems[:max_problems])
         raise AssertionError(
             f"{len(received)} records received, {len(sent)} sent; problems:\n  {shown}"
-            + (f"\n  ... and more ({len(problems)} shown up to {max_problems})" if len(problems) > max_problems else "")
+            + (
+                f"\n  ... and more ({len(problems)} shown up to {max_problems})"
+                if len(problems) > max_problems
+                else ""
+            )
         )
 
 
@@ -833,7 +852,12 @@ def confluent_produce(
 
     deadline = time.monotonic() + timeout
     for i, s in enumerate(sent):
-        kwargs: dict[str, Any] = {"key": s.key, "value": s.value, "headers": list(s.headers), "on_delivery": on_delivery}
+        kwargs: dict[str, Any] = {
+            "key": s.key,
+            "value": s.value,
+            "headers": list(s.headers),
+            "on_delivery": on_delivery,
+        }
         if s.partition >= 0:
             kwargs["partition"] = s.partition
         if s.timestamp is not None:
@@ -845,7 +869,9 @@ def confluent_produce(
             except BufferError:
                 producer.poll(0.05)
                 if time.monotonic() > deadline:
-                    raise AssertionError(f"producer queue still full after {timeout}s at record {i}") from None
+                    raise AssertionError(
+                        f"producer queue still full after {timeout}s at record {i}"
+                    ) from None
         if i % 1000 == 0:
             producer.poll(0)
     remaining = producer.flush(max(1.0, deadline - time.monotonic()))
@@ -857,7 +883,9 @@ def confluent_produce(
 def rec_from_confluent(msg: Any) -> Rec:
     ts_type, ts = msg.timestamp()
     # confluent: 0 not available, 1 CreateTime, 2 LogAppendTime -> Kafka's -1/0/1
-    return Rec(msg.partition(), msg.offset(), msg.key(), msg.value(), tuple(msg.headers() or ()), ts_type - 1, ts)
+    return Rec(
+        msg.partition(), msg.offset(), msg.key(), msg.value(), tuple(msg.headers() or ()), ts_type - 1, ts
+    )
 
 
 def confluent_consumer(bootstrap: str, **config: Any) -> Any:

@@ -23,6 +23,7 @@ from shoal.diskless.cache import RangeCache
 from shoal.objects.storage import ByteRange, ObjectStorage
 from shoal.protocol.errors import ErrorCode
 from shoal.records.batch import stamp_batch
+from shoal.records.codec import decode_batch
 
 # Two batches of one object closer than this are read with one GET.
 COALESCE_GAP_BYTES = 1024 * 1024
@@ -120,3 +121,26 @@ class DisklessReader:
     async def _get(self, span: _Span) -> bytes:
         self.stats["gets"] += 1
         return await self._storage.fetch(span.key, ByteRange(span.start, span.end - span.start))
+
+
+async def exact_timestamp_offset(
+    reader: DisklessReader, partition: TopicIdPartition, batch_offset: int, target: int
+) -> tuple[int, int] | None:
+    """Narrow a batch-level timestamp lookup to the record Kafka would answer.
+
+    The coordinator knows batches; ListOffsets answers records. ``target >= 0``: the first
+    record at or after ``batch_offset`` with timestamp >= target. ``target == -3`` (max
+    timestamp): the first record carrying the batch's max timestamp. Returns (offset,
+    timestamp), or None when the batch is gone (deleted meanwhile).
+    """
+    (read,) = await reader.read([(partition, batch_offset, 1)], 1)
+    if read.error != ErrorCode.none or not read.records:
+        return None
+    _, records = decode_batch(read.records)
+    candidates = records if target == -3 else [r for r in records if r.offset >= batch_offset] or records
+    if target == -3:
+        best = max(r.timestamp for r in candidates)
+        first = next(r for r in candidates if r.timestamp == best)
+    else:
+        first = next((r for r in candidates if r.timestamp >= target), candidates[-1])
+    return first.offset, first.timestamp

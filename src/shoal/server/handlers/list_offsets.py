@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from typing import Any
 
 from shoal.coordinator.api import ListOffsetsRequest
+from shoal.diskless.read import exact_timestamp_offset
 from shoal.protocol.apis import RequestHeader, response_class
 from shoal.protocol.build import make, nested
 from shoal.protocol.errors import ErrorCode
@@ -31,6 +33,14 @@ async def handle_list_offsets(ctx: ServerContext, header: RequestHeader, request
                 lookups.append(ListOffsetsRequest(ctx.partition_key(topic, p.partition_index), p.timestamp))
         plan.append((t.name, entries))
     answers = await ctx.run_blocking(ctx.coordinator.list_offsets, lookups) if lookups else []
+    refined = await asyncio.gather(
+        *(
+            exact_timestamp_offset(ctx.reader, lookup.topic_id_partition, answer.offset, lookup.timestamp)
+            if answer.errors == ErrorCode.none and answer.offset >= 0 and (lookup.timestamp >= 0 or lookup.timestamp == -3)
+            else _none()
+            for lookup, answer in zip(lookups, answers, strict=True)
+        )
+    )
     topics = []
     for name, entries in plan:
         partitions = []
@@ -38,9 +48,14 @@ async def handle_list_offsets(ctx: ServerContext, header: RequestHeader, request
             if index is None:
                 fields = {"error_code": ErrorCode.unknown_topic_or_partition, "timestamp": -1, "offset": -1}
             else:
-                answer = answers[index]
-                fields = {"error_code": answer.errors, "timestamp": answer.timestamp, "offset": answer.offset}
+                answer, exact = answers[index], refined[index]
+                offset, timestamp = exact if exact is not None else (answer.offset, answer.timestamp)
+                fields = {"error_code": answer.errors, "timestamp": timestamp, "offset": offset}
             partitions.append(make(partition_cls, partition_index=partition, leader_epoch=0,
                                    old_style_offsets=(), **fields))
         topics.append(make(topic_cls, name=name, partitions=tuple(partitions)))
     return make(cls, throttle_time=_ZERO, topics=tuple(topics))
+
+
+async def _none() -> None:
+    return None
