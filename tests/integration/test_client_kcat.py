@@ -56,9 +56,12 @@ def kcat_consume_partition(bootstrap: str, topic: str, partition: int) -> list[R
             continue
         m = json.loads(line)
         ts_type = {"create": 0, "logappend": 1}.get(m.get("tstype"), -1)
-        headers = tuple(
-            (k, None if v is None else str(v).encode()) for k, v in (m.get("headers") or {}).items()
-        )
+        raw_headers = m.get("headers") or []
+        if isinstance(raw_headers, dict):  # the documented envelope
+            pairs = list(raw_headers.items())
+        else:  # kcat 1.7.1 prints a flat [name, value, name, value, ...] list
+            pairs = list(zip(raw_headers[::2], raw_headers[1::2], strict=True))
+        headers = tuple((k, None if v is None else str(v).encode()) for k, v in pairs)
         key = None if m.get("key") is None else str(m["key"]).encode()
         value = None if m.get("payload") is None else str(m["payload"]).encode()
         out.append(Rec(m["partition"], m["offset"], key, value, headers, ts_type, m["ts"]))

@@ -1,9 +1,11 @@
 """One client connection: read size-prefixed frames, handle them concurrently, answer in order.
 
-Requests of one connection are handled concurrently (a producer pipelines several
-Produce requests while the first waits for its WAL segment to commit), but they are
-started in arrival order and their responses are written in arrival order, as the
-Kafka protocol requires.
+Requests of one connection are handled concurrently (a producer pipelines many
+Produce requests while the first waits for its WAL segment to commit: with a 250 ms
+commit interval, answering one request at a time would cap a connection at four
+requests a second), but they are started in arrival order and their responses are
+written in arrival order, as the Kafka protocol requires. What one connection may
+have in flight is bounded by count and by bytes.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from shoal.server.dispatch import CloseConnection
 
 log = logging.getLogger(__name__)
 
-MAX_INFLIGHT_REQUESTS = 32
+MAX_INFLIGHT_REQUESTS = 4096
+MAX_INFLIGHT_BYTES = 64 * 1024 * 1024
 _SIZE = struct.Struct(">i")
 
 
@@ -29,8 +32,9 @@ async def serve_connection(
     max_request_bytes: int,
 ) -> None:
     peer = "{}:{}".format(*(writer.get_extra_info("peername") or ("?", "?"))[:2])
-    pending: asyncio.Queue[asyncio.Task[bytes | None] | None] = asyncio.Queue(MAX_INFLIGHT_REQUESTS)
-    sender = asyncio.create_task(_send_responses(pending, writer, peer))
+    pending: asyncio.Queue[tuple[asyncio.Task[bytes | None], int] | None] = asyncio.Queue(MAX_INFLIGHT_REQUESTS)
+    budget = _ByteBudget()
+    sender = asyncio.create_task(_send_responses(pending, writer, budget))
     try:
         while not sender.done():
             try:
@@ -47,9 +51,12 @@ async def serve_connection(
                 frame = await reader.readexactly(size)
             except (asyncio.IncompleteReadError, ConnectionError):
                 break
-            await pending.put(asyncio.ensure_future(handle(memoryview(frame), peer)))
+            task = asyncio.ensure_future(handle(memoryview(frame), peer))
+            await pending.put((task, size))
+            await budget.take(size, sender)
     finally:
-        await pending.put(None)
+        if not sender.done():
+            await pending.put(None)
         with contextlib.suppress(Exception):
             await sender
         writer.close()
@@ -57,14 +64,35 @@ async def serve_connection(
             await writer.wait_closed()
 
 
+class _ByteBudget:
+    """Request bytes a connection has in flight; reading pauses while over the limit."""
+
+    def __init__(self) -> None:
+        self.used = 0
+        self._freed = asyncio.Event()
+
+    async def take(self, size: int, sender: asyncio.Task[None]) -> None:
+        self.used += size
+        while self.used > MAX_INFLIGHT_BYTES and not sender.done():
+            self._freed.clear()
+            await self._freed.wait()
+
+    def give(self, size: int) -> None:
+        self.used -= size
+        self._freed.set()
+
+
 async def _send_responses(
-    pending: asyncio.Queue[asyncio.Task[bytes | None] | None], writer: asyncio.StreamWriter, peer: str
+    pending: asyncio.Queue[tuple[asyncio.Task[bytes | None], int] | None],
+    writer: asyncio.StreamWriter,
+    budget: _ByteBudget,
 ) -> None:
     """Write each response when its turn comes; stop at the first request that closes the connection."""
     while True:
-        task = await pending.get()
-        if task is None:
+        item = await pending.get()
+        if item is None:
             return
+        task, size = item
         try:
             response = await task
         except CloseConnection:
@@ -78,10 +106,11 @@ async def _send_responses(
             except ConnectionError:
                 _drain_cancel(pending)
                 return
+        budget.give(size)
 
 
-def _drain_cancel(pending: asyncio.Queue[asyncio.Task[bytes | None] | None]) -> None:
+def _drain_cancel(pending: asyncio.Queue[tuple[asyncio.Task[bytes | None], int] | None]) -> None:
     while not pending.empty():
-        task = pending.get_nowait()
-        if task is not None:
-            task.cancel()
+        item = pending.get_nowait()
+        if item is not None:
+            item[0].cancel()
