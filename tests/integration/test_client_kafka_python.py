@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import kafka.codec
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
@@ -18,6 +19,10 @@ PARTITIONS = 4
 @pytest.mark.parametrize("codec", CODECS)
 def test_kafka_python_round_trip(broker: BrokerProcess, topic_name: str, codec: str) -> None:
     """Produce with kafka-python's defaults (idempotence on, acks=all) and read back with its consumer."""
+    if codec == "snappy" and not kafka.codec.has_snappy():
+        pytest.fail(
+            "kafka-python needs the python-snappy package for snappy (add python-snappy==0.7.3 to the test extra)"
+        )
     create_diskless_topic(broker.bootstrap, topic_name, partitions=PARTITIONS)
     base_ts = int(time.time() * 1000) - 600_000
     # kafka-python accepts only bytes header values: no null headers for it.

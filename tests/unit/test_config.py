@@ -4,7 +4,14 @@ from pathlib import Path
 
 import pytest
 
-from shoal.config import Config, ConfigError, parse_overrides, parse_properties, reference_markdown, validate_topic_configs
+from shoal.config import (
+    Config,
+    ConfigError,
+    parse_overrides,
+    parse_properties,
+    reference_markdown,
+    validate_topic_configs,
+)
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from shoal.diskless.cache import RangeCache
 from shoal.objects.storage import StorageBackendError
 
@@ -129,12 +127,6 @@ async def test_fetched_range_larger_than_the_cache_is_returned_but_not_kept() ->
     assert fetch.calls == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: when the reader that started a shared fetch is cancelled (e.g. its client disconnected), "
-    "get_or_fetch stores the CancelledError in the shared future, so every other reader waiting on that "
-    "range is cancelled too (in the broker: another client's Fetch dies and its connection is dropped)",
-)
 async def test_cancelling_the_first_reader_does_not_cancel_the_others() -> None:
     cache = RangeCache(1000)
     fetch = GatedFetch(blob(10))

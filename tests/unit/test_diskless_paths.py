@@ -373,7 +373,7 @@ async def test_log_append_time_is_stamped_on_the_way_out(coordinator) -> None:
 
 async def test_notifier_wakes_a_waiter_on_a_commit_of_its_partition() -> None:
     notifier = CommitNotifier()
-    waiter = asyncio.create_task(notifier.wait([tp(0), tp(1)], 5))
+    waiter = asyncio.create_task(notifier.wait([tp(0), tp(1)], 5, notifier.version([tp(0), tp(1)])))
     await asyncio.sleep(0.01)
     notifier.committed([tp(2)])  # nobody waits on it
     await asyncio.sleep(0.01)
@@ -390,20 +390,26 @@ async def test_notifier_times_out_without_a_commit_of_its_partition() -> None:
         notifier.committed([tp(2)])
 
     started = time.monotonic()
-    await asyncio.gather(notifier.wait([tp(0)], 0.1), commit_other())
+    await asyncio.gather(notifier.wait([tp(0)], 0.1, notifier.version([tp(0)])), commit_other())
     assert time.monotonic() - started >= 0.09
     # Registrations are dropped on return: a commit now finds nobody and a later wait still waits.
     notifier.committed([tp(0)])
     started = time.monotonic()
-    await notifier.wait([tp(0)], 0.05)
+    await notifier.wait([tp(0)], 0.05, notifier.version([tp(0)]))
     assert time.monotonic() - started >= 0.04
+    # A commit between taking the version and waiting (the fetch's read) wakes at once.
+    since = notifier.version([tp(0)])
+    notifier.committed([tp(0)])
+    started = time.monotonic()
+    await notifier.wait([tp(0)], 5, since)
+    assert time.monotonic() - started < 1
 
 
 async def test_appender_commit_wakes_a_long_poll(coordinator) -> None:
     storage = MemoryObjectStorage()
     notifier = CommitNotifier()
     appender = new_appender(storage, coordinator, on_committed=notifier.committed)
-    waiter = asyncio.create_task(notifier.wait([tp(2)], 10))
+    waiter = asyncio.create_task(notifier.wait([tp(2)], 10, notifier.version([tp(2)])))
     await asyncio.sleep(0)
     started = time.monotonic()
     await wait_for(produce(appender, 2, b"wake up"))

@@ -361,11 +361,6 @@ def test_legal_topic_names() -> None:
         validate_topic_name(name)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: controller._LEGAL_TOPIC uses '^...$' with re.match, and '$' also matches before a "
-    "trailing newline, so 'orders\\n' passes; Kafka's Topic.validate (full match) rejects it",
-)
 def test_topic_name_with_trailing_newline_is_illegal() -> None:
     with kafka_error(ErrorCode.invalid_topic_exception):
         validate_topic_name("orders\n")
@@ -380,11 +375,6 @@ def test_create_topic_rejects_duplicates(store: SqliteMetadataStore) -> None:
     assert cache.catch_up().offset == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Kafka refuses a topic whose name differs from an existing one only by '.' vs '_' "
-    "(INVALID_TOPIC_EXCEPTION \"Topic 'a_b' collides with existing topic: a.b\"); Shoal creates it",
-)
 def test_create_topic_rejects_names_colliding_on_dot_and_underscore(store: SqliteMetadataStore) -> None:
     controller, _ = make_controller(store)
     controller.create_topic(NewTopic("metrics.eu", configs=DISKLESS))
@@ -479,11 +469,6 @@ def test_bad_manual_assignments(store: SqliteMetadataStore, topic: NewTopic, cod
     assert cache.catch_up().topic("t") is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Kafka refuses manual assignments whose partitions have different replica counts "
-    "(INVALID_REPLICA_ASSIGNMENT); validate_new_topic only looks at the first partition's count",
-)
 def test_manual_assignments_must_have_one_replica_count(store: SqliteMetadataStore) -> None:
     controller, _ = make_controller(store, brokers=(1, 2))
     with kafka_error(ErrorCode.invalid_replica_assignment):

@@ -89,21 +89,11 @@ def _with_batch_length(length: int) -> bytes:
     return b"\x00" + bytes(b)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: iter_segment does not check batchLength >= 49 (MIN_BATCH_LENGTH): a batchLength of -12 "
-    "never advances the position and the generator yields the same header forever",
-)
 def test_negative_batch_length_is_a_format_error() -> None:
     with pytest.raises(WalFormatError):
         list(islice(iter_segment(_with_batch_length(-12)), 5))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: iter_segment accepts a batchLength smaller than a v2 header (here 0) and yields a header "
-    "for a 12-byte 'batch' before failing on the rest of the batch as if it were the next header",
-)
 def test_batch_length_shorter_than_a_header_is_a_format_error() -> None:
     with pytest.raises(WalFormatError):
         next(iter_segment(_with_batch_length(0)))

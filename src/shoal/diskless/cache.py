@@ -61,19 +61,20 @@ class RangeCache:
             return cached
         self.misses += 1
         flight_key = (key, start, end)
-        future = self._inflight.get(flight_key)
-        if future is None:
-            future = asyncio.get_running_loop().create_future()
-            self._inflight[flight_key] = future
-            try:
-                data = await fetch()
-            except BaseException as exc:
-                future.set_exception(exc)
-                future.exception()  # mark retrieved: the other waiters re-raise it
-                raise
-            finally:
-                self._inflight.pop(flight_key, None)
-            self.put(key, start, data)
-            future.set_result(data)
-            return memoryview(data)
-        return memoryview(await future)
+        task = self._inflight.get(flight_key)
+        if task is None:
+            # The GET runs as its own task: a reader that is cancelled (its client went
+            # away) must not cancel the GET the other readers of this range wait on.
+            task = asyncio.ensure_future(self._fetch_and_put(key, start, flight_key, fetch))
+            self._inflight[flight_key] = task
+        return memoryview(await asyncio.shield(task))
+
+    async def _fetch_and_put(
+        self, key: str, start: int, flight_key: tuple[str, int, int], fetch: Callable[[], Awaitable[bytes]]
+    ) -> bytes:
+        try:
+            data = await fetch()
+        finally:
+            self._inflight.pop(flight_key, None)
+        self.put(key, start, data)
+        return data

@@ -3,36 +3,47 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Iterable, Sequence
 
 from shoal.coordinator.api import TopicIdPartition
 
 
 class CommitNotifier:
-    """A generation counter per broker plus an event that fires on every local commit."""
+    """A commit counter per partition plus the futures of the fetches waiting on it.
+
+    A fetch takes ``version(partitions)`` before it reads and passes it to ``wait``, so
+    a commit that lands between its read and its wait still wakes it at once.
+    """
 
     def __init__(self) -> None:
-        self._event = asyncio.Event()
-        self._waiting: dict[TopicIdPartition, int] = {}
+        self._versions: dict[TopicIdPartition, int] = {}
+        self._waiters: dict[TopicIdPartition, set[asyncio.Future[None]]] = {}
+
+    def version(self, partitions: Sequence[TopicIdPartition]) -> tuple[int, ...]:
+        return tuple(self._versions.get(p, 0) for p in partitions)
 
     def committed(self, partitions: Iterable[TopicIdPartition]) -> None:
-        if any(p in self._waiting for p in partitions):
-            event, self._event = self._event, asyncio.Event()
-            event.set()
-
-    async def wait(self, partitions: list[TopicIdPartition], timeout: float) -> None:
-        """Return when one of the partitions gets a commit, or after ``timeout`` seconds."""
         for p in partitions:
-            self._waiting[p] = self._waiting.get(p, 0) + 1
-        event = self._event
+            self._versions[p] = self._versions.get(p, 0) + 1
+            for future in self._waiters.get(p, ()):
+                if not future.done():
+                    future.set_result(None)
+
+    async def wait(self, partitions: Sequence[TopicIdPartition], timeout: float, since: tuple[int, ...]) -> None:
+        """Return when one of the partitions gets a commit after ``since``, or after ``timeout`` seconds."""
+        if self.version(partitions) != since:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for p in partitions:
+            self._waiters.setdefault(p, set()).add(future)
         try:
-            await asyncio.wait_for(event.wait(), timeout)
-        except TimeoutError:
-            pass
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(future, timeout)
         finally:
             for p in partitions:
-                count = self._waiting[p] - 1
-                if count:
-                    self._waiting[p] = count
-                else:
-                    del self._waiting[p]
+                waiters = self._waiters.get(p)
+                if waiters is not None:
+                    waiters.discard(future)
+                    if not waiters:
+                        del self._waiters[p]

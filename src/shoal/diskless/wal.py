@@ -67,6 +67,10 @@ def iter_segment(data: bytes | memoryview) -> Iterator[tuple[int, BatchHeader]]:
         if len(view) - position < HEADER_SIZE:
             raise WalFormatError(f"truncated batch header at byte {position}")
         header = read_header(view, position)
+        if header.batch_length < HEADER_SIZE - LOG_OVERHEAD or header.magic != 2:
+            raise WalFormatError(
+                f"not a v2 record batch at byte {position} (length {header.batch_length}, magic {header.magic})"
+            )
         if header.batch_length + LOG_OVERHEAD > len(view) - position:
             raise WalFormatError(f"truncated batch at byte {position}")
         yield position, header

@@ -61,7 +61,7 @@ def validate_topic_name(name: str) -> None:
             ErrorCode.invalid_topic_exception,
             f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME_LENGTH} characters, topic name: {name}",
         )
-    if not _LEGAL_TOPIC.match(name):
+    if not _LEGAL_TOPIC.fullmatch(name):
         raise KafkaError(
             ErrorCode.invalid_topic_exception,
             f"Topic name {name} is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'",
@@ -98,6 +98,14 @@ class Controller:
         validate_topic_name(topic.name)
         if image.topic(topic.name) is not None:
             raise KafkaError(ErrorCode.topic_already_exists, f"Topic '{topic.name}' already exists.")
+        # Metric names replace '.' with '_', so Kafka refuses names that differ only there.
+        collision = next(
+            (n for n in image.topics_by_name if n.replace(".", "_") == topic.name.replace(".", "_")), None
+        )
+        if collision is not None:
+            raise KafkaError(
+                ErrorCode.invalid_topic_exception, f"Topic '{topic.name}' collides with existing topic: {collision}"
+            )
         try:
             configs = validate_topic_configs(topic.configs)
         except ConfigError as exc:
@@ -128,6 +136,11 @@ class Controller:
                 )
             replication_factor = len(next(iter(topic.assignments.values())))
             for replicas in topic.assignments.values():
+                if len(replicas) != replication_factor:
+                    raise KafkaError(
+                        ErrorCode.invalid_replica_assignment,
+                        "All partitions should have the same number of replicas",
+                    )
                 if not replicas or len(set(replicas)) != len(replicas):
                     raise KafkaError(ErrorCode.invalid_replica_assignment, "Duplicate or empty replica assignment")
                 unknown = [b for b in replicas if b not in image.brokers]

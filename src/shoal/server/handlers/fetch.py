@@ -43,7 +43,9 @@ async def handle_fetch(ctx: ServerContext, header: RequestHeader, request: Any) 
     reads_wanted = [(tp, offset, max_bytes) for _, _, tp, offset, max_bytes in slots if isinstance(tp, TopicIdPartition)]
     deadline = time.monotonic() + request.max_wait.total_seconds()
     reads: list[PartitionRead] = []
+    waited = [tp for tp, _, _ in reads_wanted]
     while True:
+        version = ctx.notifier.version(waited)
         reads = await ctx.reader.read(reads_wanted, request.max_bytes) if reads_wanted else []
         total = sum(len(r.records) for r in reads)
         remaining = deadline - time.monotonic()
@@ -54,7 +56,7 @@ async def handle_fetch(ctx: ServerContext, header: RequestHeader, request: Any) 
             or any(r.error != ErrorCode.none for r in reads)
         ):
             break
-        await ctx.notifier.wait([tp for tp, _, _ in reads_wanted], min(remaining, REMOTE_COMMIT_POLL_S))
+        await ctx.notifier.wait(waited, min(remaining, REMOTE_COMMIT_POLL_S), version)
     return _response(header, slots, iter(reads))
 
 
