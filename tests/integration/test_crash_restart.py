@@ -267,3 +267,50 @@ def test_diskless_enable_cannot_be_changed_after_creation(broker: BrokerProcess,
     else:
         pytest.fail("altering diskless.enable after creation was accepted")
     assert _topic_state(broker.bootstrap, topic_name)[2].get("diskless.enable") == "true"
+
+
+def test_topic_configs_can_be_altered_and_survive_restart(broker: BrokerProcess, topic_name: str) -> None:
+    """IncrementalAlterConfigs SET/DELETE on a topic, seen by DescribeConfigs, kept across a restart."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry
+
+    create_diskless_topic(broker.bootstrap, topic_name, partitions=1)
+    admin = admin_client(broker.bootstrap)
+    resource = ConfigResource(
+        ResourceType.TOPIC,
+        topic_name,
+        incremental_configs=[
+            ConfigEntry("retention.ms", "3600000", incremental_operation=AlterConfigOpType.SET),
+            ConfigEntry("message.timestamp.type", "LogAppendTime", incremental_operation=AlterConfigOpType.SET),
+        ],
+    )
+    admin.incremental_alter_configs([resource], request_timeout=15)[resource].result(15)
+    bad = ConfigResource(
+        ResourceType.TOPIC,
+        topic_name,
+        incremental_configs=[ConfigEntry("retention.ms", "soon", incremental_operation=AlterConfigOpType.SET)],
+    )
+    with pytest.raises(KafkaException) as refused:
+        admin.incremental_alter_configs([bad], request_timeout=15)[bad].result(15)
+    assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG
+    broker.restart()
+    configs = _topic_state(broker.bootstrap, topic_name)[2]
+    assert configs["retention.ms"] == "3600000"
+    assert configs["message.timestamp.type"] == "LogAppendTime"
+    # With LogAppendTime the broker's append time replaces the producer's timestamp.
+    from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, Consumer, Producer, TopicPartition
+
+    before = int(time.time() * 1000)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    producer.produce(topic_name, value=b"stamped", timestamp=1_000)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "lat", "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic_name, 0, 0)])
+    message = None
+    deadline = time.time() + 30
+    while message is None and time.time() < deadline:
+        message = consumer.poll(1)
+    consumer.close()
+    assert message is not None and message.error() is None
+    timestamp_type, timestamp = message.timestamp()
+    assert timestamp_type == TIMESTAMP_LOG_APPEND_TIME
+    assert timestamp >= before

@@ -177,3 +177,23 @@ def test_delete_topic(broker: BrokerProcess, topic_name: str) -> None:
     with pytest.raises(KafkaException) as info:
         admin.delete_topics([topic_name], request_timeout=15)[topic_name].result(20)
     assert info.value.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def test_describe_topic_partitions_raw(broker: BrokerProcess, diskless_topic: str) -> None:
+    """DescribeTopicPartitions v0 (KIP-966), decoded strictly; unknown topics answer error 3."""
+    from kio.schema.describe_topic_partitions.v0.request import DescribeTopicPartitionsRequest, TopicRequest
+    from kio.schema.describe_topic_partitions.v0.response import DescribeTopicPartitionsResponse
+    from kio.static.primitive import i32
+
+    missing = f"missing-{uuid.uuid4().hex[:6]}"
+    request = DescribeTopicPartitionsRequest(
+        topics=(TopicRequest(name=diskless_topic), TopicRequest(name=missing)),
+        response_partition_limit=i32(2000),
+    )
+    with WireClient(broker.port) as client:
+        resp = client.request(request, DescribeTopicPartitionsResponse)
+    topics = {t.name: t for t in resp.topics}
+    assert int(topics[diskless_topic].error_code) == 0
+    assert [int(p.partition_index) for p in topics[diskless_topic].partitions] == [0, 1, 2, 3]
+    assert all(int(p.leader_id) == 1 for p in topics[diskless_topic].partitions)
+    assert int(topics[missing].error_code) == 3, topics[missing]

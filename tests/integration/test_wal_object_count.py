@@ -139,6 +139,7 @@ def test_object_count_tracks_time_not_requests(broker_factory: Any, topic_name: 
     objects = len(broker.wal_objects()) - before
     bound = 2 * elapsed / (interval_ms / 1000) + 5
     summary = f"{objects} objects, {requests} produce requests, {total_sent} records in {elapsed:.1f}s"
+    print(summary)
     assert objects >= 1, summary
     assert objects <= bound, f"too many objects for the elapsed time (bound {bound:.0f}): {summary}"
     assert requests >= 3 * objects, f"object count does not look independent of request count: {summary}"
@@ -184,6 +185,7 @@ def test_buffer_max_bytes_closes_objects_early(broker_factory: Any) -> None:
         f"default buffer: {len(big_objects)} objects in {big_elapsed:.1f}s; "
         f"{limit} B buffer: {len(small_objects)} objects ({sum(map(len, small_objects))} B) in {small_elapsed:.1f}s"
     )
+    print(summary)
     assert len(small_objects) > len(big_objects), summary
     assert len(small_objects) > small_elapsed / 1.0 + 5, f"object count explained by time alone: {summary}"
     for data in small_objects:

@@ -181,6 +181,31 @@ class Controller:
         records += [ConfigRecord(ConfigRecord.TOPIC, created.name, k, v) for k, v in created.configs.items()]
         return created, self._append(records)
 
+    def alter_topic_configs(self, name: str, desired: Mapping[str, str | None], validate_only: bool) -> int | None:
+        """Replace a topic's configs with ``desired`` (validated); returns the metadata offset.
+
+        ``diskless.enable`` is fixed at creation (KIP-1163): changing it is INVALID_CONFIG.
+        """
+        topic = self._image().topic(name)
+        if topic is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist")
+        try:
+            configs = validate_topic_configs(desired)
+        except ConfigError as exc:
+            raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
+        if configs.get("diskless.enable", "false") != topic.configs.get("diskless.enable", "false"):
+            raise KafkaError(
+                ErrorCode.invalid_config,
+                "diskless.enable can only be set when the topic is created; it cannot be changed afterwards.",
+            )
+        records: list[MetadataRecord] = [
+            ConfigRecord(ConfigRecord.TOPIC, name, k, v) for k, v in configs.items() if topic.configs.get(k) != v
+        ]
+        records += [ConfigRecord(ConfigRecord.TOPIC, name, k, None) for k in topic.configs if k not in configs]
+        if validate_only or not records:
+            return None
+        return self._append(records)
+
     def delete_topic(self, topic_id: uuid.UUID) -> int:
         if topic_id not in self._image().topics_by_id:
             raise KafkaError(ErrorCode.unknown_topic_id, f"Topic id {topic_id} does not exist")

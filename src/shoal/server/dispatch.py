@@ -9,7 +9,13 @@ from typing import Any
 from shoal.protocol.apis import ApiKey, RequestHeader, UnsupportedVersion, decode_request, encode_response
 from shoal.protocol.errors import KafkaError
 from shoal.server.context import ServerContext
-from shoal.server.handlers.admin import handle_create_topics, handle_delete_topics, handle_describe_configs
+from shoal.server.handlers.admin import (
+    handle_alter_configs,
+    handle_create_topics,
+    handle_delete_topics,
+    handle_describe_configs,
+    handle_incremental_alter_configs,
+)
 from shoal.server.handlers.api_versions import handle_api_versions, unsupported_version_response
 from shoal.server.handlers.coordinators import handle_find_coordinator, handle_init_producer_id
 from shoal.server.handlers.fetch import handle_fetch
@@ -36,6 +42,8 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.DELETE_TOPICS: handle_delete_topics,
     ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
     ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
+    ApiKey.ALTER_CONFIGS: handle_alter_configs,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
     ApiKey.DESCRIBE_CLUSTER: handle_describe_cluster,
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: handle_describe_topic_partitions,
 }

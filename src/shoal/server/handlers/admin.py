@@ -1,4 +1,4 @@
-"""CreateTopics (19), DeleteTopics (20) and DescribeConfigs (32)."""
+"""CreateTopics (19), DeleteTopics (20), DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44)."""
 
 from __future__ import annotations
 
@@ -181,3 +181,73 @@ async def handle_describe_configs(ctx: ServerContext, header: RequestHeader, req
             )
         )
     return make(cls, throttle_time=_ZERO, results=tuple(results))
+
+
+# IncrementalAlterConfigs operations, as Kafka numbers them.
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
+
+
+def _incremental(current: dict[str, str], changes: Any) -> dict[str, str | None]:
+    desired: dict[str, str | None] = dict(current)
+    for change in changes:
+        d = TOPIC_CONFIGS.get(change.name)
+        if change.config_operation == OP_SET:
+            desired[change.name] = change.value
+        elif change.config_operation == OP_DELETE:
+            desired.pop(change.name, None)
+        elif change.config_operation in (OP_APPEND, OP_SUBTRACT):
+            if d is None or d.type is not ConfigType.LIST:
+                verb = "append" if change.config_operation == OP_APPEND else "subtract"
+                raise KafkaError(ErrorCode.invalid_config, f"Config value {verb} is not allowed for config {change.name}")
+            items = [x for x in (desired.get(change.name) or format_value(d.default) or "").split(",") if x]
+            values = [x for x in (change.value or "").split(",") if x]
+            if change.config_operation == OP_APPEND:
+                items += [v for v in values if v not in items]
+            else:
+                items = [x for x in items if x not in values]
+            desired[change.name] = ",".join(items)
+        else:
+            raise KafkaError(ErrorCode.invalid_request, f"Unknown config operation {change.config_operation}")
+    return desired
+
+
+async def _alter_configs(ctx: ServerContext, header: RequestHeader, request: Any, incremental: bool) -> Any:
+    cls = response_class(header.api_key, header.api_version)
+    result_cls = nested(cls, "AlterConfigsResourceResponse")
+    results = []
+    for resource in request.resources:
+        error, message = ErrorCode.none, None
+        try:
+            if resource.resource_type == ConfigRecord.BROKER:
+                raise KafkaError(
+                    ErrorCode.invalid_request,
+                    "Broker configs are static in this Shoal version: set them in server.properties or with --override",
+                )
+            if resource.resource_type != ConfigRecord.TOPIC:
+                raise KafkaError(ErrorCode.invalid_request, f"Unsupported resource type {resource.resource_type}")
+            topic = ctx.image.topic(resource.resource_name)
+            if topic is None:
+                raise KafkaError(ErrorCode.unknown_topic_or_partition, f"Topic {resource.resource_name} does not exist")
+            if incremental:
+                desired = _incremental(dict(topic.configs), resource.configs)
+            else:
+                desired = {c.name: c.value for c in resource.configs}
+            await ctx.control(ctx.controller.alter_topic_configs, topic.name, desired, request.validate_only)
+            if not request.validate_only:
+                log.info("altered configs of topic %s: %s", topic.name, desired)
+        except KafkaError as exc:
+            log.info("AlterConfigs %s from %s refused: %s", resource.resource_name, header.client_id, exc.message)
+            error, message = exc.code, exc.message
+        results.append(
+            make(result_cls, error_code=error, error_message=message, resource_type=resource.resource_type,
+                 resource_name=resource.resource_name)
+        )
+    return make(cls, throttle_time=_ZERO, responses=tuple(results))
+
+
+async def handle_alter_configs(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    return await _alter_configs(ctx, header, request, incremental=False)
+
+
+async def handle_incremental_alter_configs(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    return await _alter_configs(ctx, header, request, incremental=True)
