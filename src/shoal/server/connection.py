@@ -56,9 +56,16 @@ async def serve_connection(
             await budget.take(size, sender)
     finally:
         if not sender.done():
-            await pending.put(None)
-        with contextlib.suppress(Exception):
+            try:
+                pending.put_nowait(None)
+            except asyncio.QueueFull:
+                sender.cancel()
+        try:
             await sender
+        except asyncio.CancelledError:
+            sender.cancel()  # we are being cancelled (shutdown): stop answering
+        except Exception:
+            log.debug("response writer for %s ended with an error", peer, exc_info=True)
         writer.close()
         with contextlib.suppress(Exception):
             await writer.wait_closed()
@@ -100,10 +107,10 @@ async def _send_responses(
             _drain_cancel(pending)
             return
         if response is not None:
-            writer.write(response)
             try:
+                writer.write(response)
                 await writer.drain()
-            except ConnectionError:
+            except (ConnectionError, RuntimeError):  # RuntimeError: transport already closed
                 _drain_cancel(pending)
                 return
         budget.give(size)
