@@ -218,12 +218,113 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             at_least(1024),
         ),
         ConfigDef(
+            "log.retention.check.interval.ms",
+            ConfigType.LONG,
+            300000,
+            "How often retention (`retention.ms`, `retention.bytes`) is enforced on diskless partitions.",
+            at_least(1),
+        ),
+        ConfigDef(
+            "diskless.object.cleaner.interval.ms",
+            ConfigType.LONG,
+            30000,
+            "How often objects marked for deletion (all their batches deleted) are deleted from object storage.",
+            at_least(1),
+        ),
+        ConfigDef(
+            "diskless.object.delete.grace.ms",
+            ConfigType.LONG,
+            60000,
+            "How long an object marked for deletion stays in storage, so fetches already reading it finish.",
+            at_least(0),
+        ),
+        ConfigDef(
+            "diskless.object.orphan.min.age.ms",
+            ConfigType.LONG,
+            3600000,
+            "Age after which an uploaded object the Batch Coordinator does not know (its commit never happened) "
+            "is deleted; must far exceed the longest upload-to-commit time. Also how often storage is listed for them.",
+            at_least(60000),
+        ),
+        ConfigDef(
+            "metrics.http.port",
+            ConfigType.INT,
+            -1,
+            "Port of the Prometheus `/metrics` endpoint (-1: off, 0: any free port).",
+            at_least(-1),
+        ),
+        ConfigDef(
+            "metrics.http.host",
+            ConfigType.STRING,
+            "127.0.0.1",
+            "Address the `/metrics` endpoint binds.",
+        ),
+        ConfigDef(
             "diskless.fetch.cache.max.bytes",
             ConfigType.LONG,
             128 * MiB,
             "Memory for the cache of WAL segment byte ranges read by Fetch (recent uploads are put "
             "there too, so tailing consumers rarely GET).",
             at_least(0),
+        ),
+        ConfigDef(
+            "group.initial.rebalance.delay.ms",
+            ConfigType.INT,
+            3000,
+            "The amount of time the group coordinator will wait for more consumers to join a new group "
+            "before performing the first rebalance. A longer delay means potentially fewer rebalances, but "
+            "increases the time until processing begins.",
+            at_least(0),
+        ),
+        ConfigDef(
+            "group.min.session.timeout.ms",
+            ConfigType.INT,
+            6000,
+            "The minimum allowed session timeout for registered consumers. Shorter timeouts result in quicker "
+            "failure detection at the cost of more frequent consumer heartbeating, which can overwhelm broker "
+            "resources.",
+        ),
+        ConfigDef(
+            "group.max.session.timeout.ms",
+            ConfigType.INT,
+            1800000,
+            "The maximum allowed session timeout for registered consumers. Longer timeouts give consumers more "
+            "time to process messages in between heartbeats at the cost of a longer time to detect failures.",
+        ),
+        ConfigDef(
+            "group.max.size",
+            ConfigType.INT,
+            2147483647,
+            "The maximum number of consumers that a single consumer group can accommodate.",
+            at_least(1),
+        ),
+        ConfigDef(
+            "offsets.retention.minutes",
+            ConfigType.INT,
+            10080,
+            "For subscribed consumers, committed offset of a specific partition will be expired and discarded "
+            "when 1) this retention period has elapsed after the consumer group loses all its consumers (i.e. "
+            "becomes empty); 2) this retention period has elapsed since the last time an offset is committed for "
+            "the partition and the group is no longer subscribed to the corresponding topic. For standalone "
+            "consumers (using manual assignment), offsets will be expired after this retention period has "
+            "elapsed since the time of last commit. Note that when a group is deleted via the delete-group "
+            "request, its committed offsets will also be deleted without extra retention period; also when a "
+            "topic is deleted via the delete-topic request, upon propagated metadata update any group's "
+            "committed offsets for that topic will also be deleted without extra retention period.",
+            at_least(1),
+        ),
+        ConfigDef(
+            "offsets.retention.check.interval.ms",
+            ConfigType.LONG,
+            600000,
+            "Frequency at which to check for stale offsets.",
+            at_least(1),
+        ),
+        ConfigDef(
+            "offset.metadata.max.bytes",
+            ConfigType.INT,
+            4096,
+            "The maximum size for a metadata entry associated with an offset commit.",
         ),
     ]
 }

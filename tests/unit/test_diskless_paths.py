@@ -29,6 +29,7 @@ from shoal.diskless.read import DisklessReader
 from shoal.diskless.wal import iter_segment
 from shoal.objects.memory import MemoryObjectStorage
 from shoal.objects.storage import StorageBackendError
+from shoal.observability.metrics import BrokerMetrics
 from shoal.protocol.errors import ErrorCode, KafkaError
 from shoal.records.batch import read_header
 from shoal.records.codec import Record, build_batch, decode_batch, iter_batches
@@ -69,10 +70,23 @@ def new_appender(
     on_committed: Callable[[list[TopicIdPartition]], None] = lambda partitions: None,
 ) -> Appender:
     appender = Appender(
-        storage, coordinator, run_blocking, 1, interval_ms, max_bytes, cache or RangeCache(64 * MiB), on_committed
+        storage,
+        coordinator,
+        run_blocking,
+        1,
+        interval_ms,
+        max_bytes,
+        cache or RangeCache(64 * MiB),
+        on_committed,
+        BrokerMetrics(),
     )
     appender.start()
     return appender
+
+
+def counter(component: Appender | DisklessReader, name: str) -> float:
+    """A counter's value in the component's metrics registry."""
+    return component._metrics.registry.get_sample_value(f"{name}_total") or 0.0
 
 
 def make_batch(*values: bytes, key: bytes = b"k") -> bytes:
@@ -166,8 +180,8 @@ async def test_batches_of_several_partitions_in_one_interval_share_one_object(co
             assert b.object_key == objects[0].key
             values.append(decode_batch(data[m.byte_offset : m.byte_offset + m.byte_size])[1][0].value)
         assert values == expected[partition]
-    assert appender.stats["uploads"] == appender.stats["commits"] == 1
-    assert appender.stats["upload_bytes"] == len(data)
+    assert counter(appender, "kafka_diskless_object_uploads") == counter(appender, "kafka_diskless_commits") == 1
+    assert counter(appender, "kafka_diskless_object_upload_bytes") == len(data)
 
 
 async def test_full_buffer_closes_the_segment_before_the_interval(coordinator) -> None:
@@ -217,7 +231,7 @@ async def test_upload_failure_fails_the_segment_and_commits_nothing(coordinator)
         assert "503 Slow Down" in result.message
     assert await storage.list() == []
     assert coordinator.get_log_info(TOPIC, 0)[1] == coordinator.get_log_info(TOPIC, 1)[1] == 0
-    assert appender.stats["upload_errors"] == 1 and appender.stats["commits"] == 0
+    assert counter(appender, "kafka_diskless_object_upload_errors") == 1 and counter(appender, "kafka_diskless_commits") == 0
 
     # The appender carries on: the retry gets the offsets the failed attempt never took.
     retry = await wait_for(produce(appender, 0, b"a"))
@@ -234,7 +248,7 @@ async def test_commit_failure_answers_request_timed_out(db: Path, coordinator) -
         await wait_for(future)
     await appender.close()
     assert info.value.code == ErrorCode.request_timed_out and info.value.retriable
-    assert appender.stats["commit_errors"] == 1
+    assert counter(appender, "kafka_diskless_commit_errors") == 1
     assert len(await storage.list()) == 1  # uploaded, left for garbage collection
     reopened = SqliteBatchCoordinator(db)
     try:
@@ -271,7 +285,7 @@ async def test_read_returns_batches_with_assigned_offsets(coordinator) -> None:
     appender = new_appender(storage, coordinator)
     await produce_sample(appender)
     await appender.close()
-    reader = DisklessReader(storage, coordinator, run_blocking, RangeCache(MiB))
+    reader = DisklessReader(storage, coordinator, run_blocking, RangeCache(MiB), BrokerMetrics())
 
     p0, p1 = await reader.read([(tp(0), 0, MiB), (tp(1), 0, MiB)], 10 * MiB)
     assert (p0.error, p0.high_watermark, p0.log_start_offset) == (ErrorCode.none, 5, 0)
@@ -295,7 +309,7 @@ async def test_read_honours_partition_and_response_byte_limits(coordinator) -> N
     appender = new_appender(storage, coordinator)
     await produce_sample(appender)
     await appender.close()
-    reader = DisklessReader(storage, coordinator, run_blocking, RangeCache(MiB))
+    reader = DisklessReader(storage, coordinator, run_blocking, RangeCache(MiB), BrokerMetrics())
     first_size = len(make_batch(b"v0", b"v1", key=b"k0"))
 
     [one] = await reader.read([(tp(0), 0, first_size)], MiB)
@@ -314,7 +328,7 @@ async def test_read_errors(coordinator) -> None:
     appender = new_appender(storage, coordinator)
     await produce_sample(appender)
     await appender.close()
-    reader = DisklessReader(storage, coordinator, run_blocking, RangeCache(MiB))
+    reader = DisklessReader(storage, coordinator, run_blocking, RangeCache(MiB), BrokerMetrics())
 
     past, at_end, empty, unknown = await reader.read(
         [(tp(0), 6, MiB), (tp(0), 5, MiB), (tp(2), 0, MiB), (TopicIdPartition(uuid.uuid4(), 0), 0, MiB)], MiB
@@ -336,19 +350,19 @@ async def test_tail_reads_come_from_the_cache_without_a_get(coordinator) -> None
     await produce_sample(appender)
     await appender.close()
 
-    tailing = DisklessReader(storage, coordinator, run_blocking, cache)
+    tailing = DisklessReader(storage, coordinator, run_blocking, cache, BrokerMetrics())
     p0, p1 = await tailing.read([(tp(0), 0, MiB), (tp(1), 0, MiB)], MiB)
     assert len(decode_all(p0.records)) == 2 and len(decode_all(p1.records)) == 1
-    assert tailing.stats == {"fetches": 1, "gets": 0}
+    assert (counter(tailing, "kafka_diskless_fetches"), counter(tailing, "kafka_diskless_object_gets")) == (1, 0)
 
     # A reader with a cold cache GETs once per object (p0's and p1's batches of the first
     # object are coalesced into one range), then serves repeats from its cache.
-    cold = DisklessReader(storage, coordinator, run_blocking, RangeCache(MiB))
+    cold = DisklessReader(storage, coordinator, run_blocking, RangeCache(MiB), BrokerMetrics())
     again = await cold.read([(tp(0), 0, MiB), (tp(1), 0, MiB)], MiB)
     assert [r.records for r in again] == [p0.records, p1.records]
-    assert cold.stats["gets"] == 2
+    assert counter(cold, "kafka_diskless_object_gets") == 2
     await cold.read([(tp(0), 0, MiB), (tp(1), 0, MiB)], MiB)
-    assert cold.stats == {"fetches": 2, "gets": 2}
+    assert (counter(cold, "kafka_diskless_fetches"), counter(cold, "kafka_diskless_object_gets")) == (2, 2)
 
 
 async def test_log_append_time_is_stamped_on_the_way_out(coordinator) -> None:
@@ -357,7 +371,7 @@ async def test_log_append_time_is_stamped_on_the_way_out(coordinator) -> None:
     response = await wait_for(produce(appender, 0, b"a", b"b", ts_type=TimestampType.LOG_APPEND_TIME))
     await appender.close()
     assert response.log_append_time == APPEND_TIME
-    reader = DisklessReader(storage, coordinator, run_blocking, RangeCache(MiB))
+    reader = DisklessReader(storage, coordinator, run_blocking, RangeCache(MiB), BrokerMetrics())
     [read] = await reader.read([(tp(0), 0, MiB)], MiB)
     header, records = decode_batch(read.records)  # the CRC was recomputed: it checks
     assert header.timestamp_type == 1 and header.max_timestamp == APPEND_TIME

@@ -152,6 +152,76 @@ class DeleteFilesRequest:
     object_key_paths: frozenset[str]
 
 
+@dataclass(frozen=True, slots=True)
+class EnforceRetentionRequest:
+    """A partition's time and size retention (``retention.ms`` / ``retention.bytes``; -1 = unlimited)."""
+
+    topic_id_partition: TopicIdPartition
+    retention_bytes: int
+    retention_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class EnforceRetentionResponse:
+    """What retention deleted from one partition, and where its log now starts."""
+
+    errors: ErrorCode
+    batches_deleted: int
+    bytes_deleted: int
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionDescription:
+    """Offsets and live bytes of one diskless partition (kafka-diskless-metadata's overview)."""
+
+    partition: int
+    log_start_offset: int
+    high_watermark: int
+    byte_size: int  # bytes of the partition's live batches in object storage
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    """KIP-1163's "diskless topic overview".
+
+    ``object_bytes`` is the total size of the objects holding a live batch of the
+    topic (what the topic keeps alive in storage, other topics' batches included);
+    ``deleted_object_bytes`` the total size of objects marked for deletion that
+    held batches of the topic (emptied by retention, DeleteRecords or deletion and
+    waiting for a broker to delete them physically).
+    """
+
+    topic_id: uuid.UUID
+    topic_name: str
+    partitions: list[PartitionDescription]
+    object_count: int
+    object_bytes: int
+    deleted_object_count: int
+    deleted_object_bytes: int
+
+
+class ObjectState:
+    """States of a committed object, as the coordinator stores them."""
+
+    UPLOADED = "uploaded"
+    DELETING = "deleting"  # marked for deletion: no live batch is left in it
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectDescription:
+    """KIP-1163's "object metadata": key, total size, used size, and the live batches in it."""
+
+    object_key: str
+    size: int
+    used_size: int
+    state: str  # an ObjectState value
+    uploader_broker_id: int
+    committed_at: datetime
+    marked_for_deletion_at: datetime | None
+    batches: list[BatchInfo]
+
+
 class BatchCoordinator(Protocol):
     """KIP-1164's pluggable Batch Coordinator."""
 
@@ -184,6 +254,17 @@ class BatchCoordinator(Protocol):
     def delete_records(self, requests: list[DeleteRecordsRequest]) -> list[DeleteRecordsResponse]:
         """Move log start offsets and logically delete the batches below them."""
 
+    def enforce_retention(self, requests: list[EnforceRetentionRequest]) -> list[EnforceRetentionResponse]:
+        """Delete whole batches from each log's start that time or size retention expired.
+
+        Kafka's rules per batch, in offset order: first while the batch is older than
+        ``retention_ms`` (LogAppendTime batches by their append time, CreateTime ones by
+        their max timestamp), then while the log would still hold ``retention_bytes``
+        without it. The log start offset moves to the first remaining batch (the high
+        watermark when none remains); emptied objects are marked for deletion. One
+        transaction per call; responses in request order.
+        """
+
     def delete_topics(self, topic_ids: set[uuid.UUID]) -> None:
         """Delete all logs and batches of the topics; emptied objects are marked for deletion."""
 
@@ -197,3 +278,13 @@ class BatchCoordinator(Protocol):
         """True when no committed batch references the object (used by the GC of orphans)."""
 
     def close(self) -> None: ...
+
+
+class CoordinatorInspector(Protocol):
+    """Read-only views for operator tools (KIP-1163's kafka-diskless-metadata); not on the hot path."""
+
+    def describe_topic(self, topic_id: uuid.UUID) -> TopicDescription | None:
+        """The topic's partitions and object totals, or None when the coordinator knows nothing of it."""
+
+    def describe_object(self, object_key: str) -> ObjectDescription | None:
+        """One committed object with its live batches, or None when unknown (never committed, or forgotten)."""

@@ -38,13 +38,19 @@ from shoal.coordinator.api import (
     DeleteFilesRequest,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
+    EnforceRetentionRequest,
+    EnforceRetentionResponse,
     FileToDelete,
     FindBatchRequest,
     FindBatchResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
     ListOffsetsTimestamp,
+    ObjectDescription,
+    PartitionDescription,
     TimestampType,
+    TopicDescription,
+    TopicIdPartition,
 )
 from shoal.protocol.errors import ErrorCode
 from shoal.store.sqlite import apply_schema, open_sqlite
@@ -137,12 +143,31 @@ CREATE TABLE diskless_id_sequences (
     next_value INTEGER NOT NULL
 ) WITHOUT ROWID;
 INSERT INTO diskless_id_sequences (name, next_value) VALUES ('batch_id', 1)
-"""
+""",
+    # Which topics had batches deleted from which object, so an operator can see the
+    # objects a topic leaves waiting for physical deletion (KIP-1163's topic overview)
+    # once the batch rows that linked them are gone. Written only on deletion paths,
+    # never by commit_file; rows go when delete_files forgets the object.
+    """
+CREATE TABLE diskless_file_deleted_topics (
+    file_id INTEGER NOT NULL,
+    topic_id BLOB NOT NULL,
+    PRIMARY KEY (file_id, topic_id)
+) WITHOUT ROWID;
+CREATE INDEX diskless_file_deleted_topics_by_topic ON diskless_file_deleted_topics (topic_id)
+""",
 ]
 
 _TIMESTAMP_TYPES = (TimestampType.CREATE_TIME, TimestampType.LOG_APPEND_TIME)
 
 _EFFECTIVE_TS = "CASE WHEN timestamp_type = 1 THEN log_append_time ELSE batch_max_timestamp END"
+
+# The age time retention judges a batch by. Kafka's LogSegment.largestTimestamp falls
+# back to the segment file's mtime (about its append time) when the segment has no
+# record timestamp; a batch without one (max timestamp -1) falls back to its append time.
+_RETENTION_TS = (
+    "CASE WHEN timestamp_type = 1 OR batch_max_timestamp < 0 THEN log_append_time ELSE batch_max_timestamp END"
+)
 
 # One statement per partition: the log row and its batches from one snapshot. The range
 # check sits in the join so an out-of-range offset reads no batch at all.
@@ -342,6 +367,11 @@ class SqliteBatchCoordinator:
             "THEN COALESCE(marked_for_deletion_at, ?2) ELSE marked_for_deletion_at END "
             "WHERE file_id = ?3",
             [(freed, now, file_id) for file_id, freed in per_file],
+        )
+        conn.executemany(
+            "INSERT OR IGNORE INTO diskless_file_deleted_topics (file_id, topic_id) "
+            "SELECT ?, topic_id FROM diskless_logs WHERE log_id = ?",
+            [(file_id, log_id) for file_id, _ in per_file],
         )
         return sum(freed for _, freed in per_file)
 
@@ -766,6 +796,171 @@ class SqliteBatchCoordinator:
                 responses.append(DeleteRecordsResponse(ErrorCode.none, log.log_start_offset))
         return responses
 
+    def enforce_retention(self, requests: list[EnforceRetentionRequest]) -> list[EnforceRetentionResponse]:
+        """Kafka's time then size retention over whole batches, in one transaction.
+
+        Per partition, batches are taken in offset order from the log start: first
+        while older than ``retention_ms`` (``now - timestamp > retention_ms``, Kafka's
+        test), then while the log without the batch still holds ``retention_bytes``;
+        the first batch that neither rule takes stops the deletion (as Kafka stops at
+        the first segment it keeps). A round of Kafka's does the same, so repeated calls
+        reach the same state. Only batches below the high watermark exist, so deletion
+        never passes it. Unknown partitions answer UNKNOWN_TOPIC_OR_PARTITION.
+        """
+        responses: list[EnforceRetentionResponse] = []
+        with self._write() as conn:
+            now = self._clock()
+            for req in requests:
+                tip = req.topic_id_partition
+                log = self._load_log(conn, (tip.topic_id.bytes, tip.partition))
+                if log is None:
+                    responses.append(EnforceRetentionResponse(ErrorCode.unknown_topic_or_partition, 0, 0, -1))
+                    continue
+                boundary, batches = self._retention_boundary(conn, log, req, now)
+                freed = 0
+                if batches:
+                    freed = self._delete_batches_below(conn, log.log_id, boundary, now)
+                    first = conn.execute(
+                        "SELECT base_offset FROM diskless_batches WHERE log_id = ? ORDER BY last_offset LIMIT 1",
+                        (log.log_id,),
+                    ).fetchone()
+                    # A DeleteRecords inside the first batch may already have moved the start past its base.
+                    start = max(log.log_start_offset, log.high_watermark if first is None else first[0])
+                    conn.execute(
+                        "UPDATE diskless_logs SET log_start_offset = ?, byte_size = byte_size - ? WHERE log_id = ?",
+                        (start, freed, log.log_id),
+                    )
+                    log.log_start_offset = start
+                responses.append(EnforceRetentionResponse(ErrorCode.none, batches, freed, log.log_start_offset))
+        return responses
+
+    @staticmethod
+    def _retention_boundary(
+        conn: sqlite3.Connection, log: _LogState, req: EnforceRetentionRequest, now: int
+    ) -> tuple[int, int]:
+        """(offset below which every batch goes, number of those batches) under the request's limits."""
+        by_time = req.retention_ms >= 0
+        by_size = req.retention_bytes >= 0
+        if not (by_time or by_size):
+            return log.log_start_offset, 0
+        remaining = log.byte_size
+        boundary, count = log.log_start_offset, 0
+        cur = conn.execute(
+            f"SELECT last_offset, byte_size, {_RETENTION_TS} FROM diskless_batches "
+            "WHERE log_id = ? ORDER BY last_offset",
+            (log.log_id,),
+        )
+        try:
+            for last_offset, size, timestamp in cur:
+                if last_offset >= log.high_watermark:
+                    break
+                if by_time and now - timestamp > req.retention_ms:
+                    pass
+                else:
+                    by_time = False  # Kafka's size rule starts where its time rule stopped
+                    if not (by_size and remaining - size >= req.retention_bytes):
+                        break
+                boundary, count = last_offset + 1, count + 1
+                remaining -= size
+        finally:
+            cur.close()
+        return boundary, count
+
+    # ------------------------------------------------------------------ inspection (tools)
+
+    def describe_topic(self, topic_id: uuid.UUID) -> TopicDescription | None:
+        """KIP-1163's topic overview, from one snapshot; None when nothing is known of the topic.
+
+        Reads every live batch of the topic to find its objects: a tool's query, not
+        one for a request path. A deleted topic is still described (with no partition)
+        while objects it emptied wait for physical deletion.
+        """
+        with self._read() as conn:
+            conn.execute("BEGIN")  # one snapshot for the three reads; _read rolls it back
+            logs = conn.execute(
+                "SELECT partition, topic_name, log_start_offset, high_watermark, byte_size "
+                "FROM diskless_logs WHERE topic_id = ? ORDER BY partition",
+                (topic_id.bytes,),
+            ).fetchall()
+            object_count, object_bytes = conn.execute(
+                "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM diskless_files WHERE file_id IN "
+                "(SELECT b.file_id FROM diskless_batches AS b JOIN diskless_logs AS l ON l.log_id = b.log_id "
+                "WHERE l.topic_id = ?)",
+                (topic_id.bytes,),
+            ).fetchone()
+            deleted_count, deleted_bytes = conn.execute(
+                "SELECT COUNT(*), COALESCE(SUM(f.size), 0) FROM diskless_file_deleted_topics AS d "
+                "JOIN diskless_files AS f ON f.file_id = d.file_id WHERE d.topic_id = ? AND f.state = 'deleting'",
+                (topic_id.bytes,),
+            ).fetchone()
+        if not logs and deleted_count == 0:
+            return None
+        return TopicDescription(
+            topic_id=topic_id,
+            topic_name=logs[0][1] if logs else "",
+            partitions=[PartitionDescription(row[0], row[2], row[3], row[4]) for row in logs],
+            object_count=object_count,
+            object_bytes=object_bytes,
+            deleted_object_count=deleted_count,
+            deleted_object_bytes=deleted_bytes,
+        )
+
+    def describe_object(self, object_key: str) -> ObjectDescription | None:
+        """KIP-1163's object metadata with the object's live batches in byte order.
+
+        Batches are found by scanning the batch table (there is no index by object, to
+        keep commits cheap): a tool's query, not one for a request path.
+        """
+        with self._read() as conn:
+            conn.execute("BEGIN")  # the object row and its batches from one snapshot
+            row = conn.execute(
+                "SELECT file_id, size, used_size, state, uploader_broker_id, committed_at, marked_for_deletion_at "
+                "FROM diskless_files WHERE object_key = ?",
+                (object_key,),
+            ).fetchone()
+            if row is None:
+                return None
+            file_id, size, used_size, state, uploader, committed_at, marked_at = row
+            rows = conn.execute(
+                "SELECT l.topic_id, l.partition, l.topic_name, b.batch_id, b.byte_offset, b.byte_size, "
+                "b.base_offset, b.last_offset, b.log_append_time, b.batch_max_timestamp, b.timestamp_type, "
+                "b.producer_id, b.producer_epoch, b.base_sequence, b.last_sequence "
+                "FROM diskless_batches AS b JOIN diskless_logs AS l ON l.log_id = b.log_id "
+                "WHERE b.file_id = ? ORDER BY b.byte_offset",
+                (file_id,),
+            ).fetchall()
+        batches = [
+            BatchInfo(
+                r[3],
+                object_key,
+                BatchMetadata(
+                    TopicIdPartition(uuid.UUID(bytes=r[0]), r[1], r[2]),
+                    r[4],
+                    r[5],
+                    r[6],
+                    r[7],
+                    r[8],
+                    r[9],
+                    _TIMESTAMP_TYPES[r[10]],
+                    r[11],
+                    r[12],
+                    r[13],
+                    r[14],
+                ),
+            )
+            for r in rows
+        ]
+        return ObjectDescription(
+            object_key=object_key,
+            size=size,
+            used_size=used_size,
+            state=state,
+            uploader_broker_id=uploader,
+            committed_at=_utc(committed_at),
+            marked_for_deletion_at=None if marked_at is None else _utc(marked_at),
+            batches=batches,
+        )
+
     def get_files_to_delete(self) -> list[FileToDelete]:
         """Objects marked for deletion, oldest mark first, with the mark time in UTC."""
         with self._read() as conn:
@@ -773,12 +968,17 @@ class SqliteBatchCoordinator:
                 "SELECT object_key, marked_for_deletion_at FROM diskless_files "
                 "WHERE state = 'deleting' ORDER BY marked_for_deletion_at, file_id"
             ).fetchall()
-        return [FileToDelete(key, datetime.fromtimestamp(ms / 1000, tz=UTC)) for key, ms in rows]
+        return [FileToDelete(key, _utc(ms)) for key, ms in rows]
 
     def delete_files(self, request: DeleteFilesRequest) -> None:
         """Forget objects a broker deleted physically; objects still in use are kept."""
         keys = [(key,) for key in request.object_key_paths]
         with self._write() as conn:
+            conn.executemany(
+                "DELETE FROM diskless_file_deleted_topics WHERE file_id = "
+                "(SELECT file_id FROM diskless_files WHERE object_key = ? AND state = 'deleting')",
+                keys,
+            )
             conn.executemany("DELETE FROM diskless_files WHERE object_key = ? AND state = 'deleting'", keys)
 
     def is_safe_to_delete_file(self, object_key: str) -> bool:
@@ -790,6 +990,10 @@ class SqliteBatchCoordinator:
         with self._read() as conn:
             row = conn.execute("SELECT 1 FROM diskless_files WHERE object_key = ?", (object_key,)).fetchone()
         return row is None
+
+
+def _utc(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
 def _rejected(error: ErrorCode, log_start_offset: int, req: CommitBatchRequest) -> CommitBatchResponse:

@@ -28,6 +28,7 @@ from shoal.coordinator.api import (
 from shoal.diskless.cache import RangeCache
 from shoal.diskless.wal import build_segment
 from shoal.objects.storage import ObjectStorage
+from shoal.observability.metrics import BrokerMetrics
 from shoal.protocol.errors import ErrorCode, KafkaError
 from shoal.records.batch import BatchHeader
 
@@ -70,6 +71,7 @@ class Appender:
         buffer_max_bytes: int,
         cache: RangeCache,
         on_committed: Callable[[list[TopicIdPartition]], None],
+        metrics: BrokerMetrics,
     ) -> None:
         self._storage = storage
         self._coordinator = coordinator
@@ -85,7 +87,7 @@ class Appender:
         self._slots = asyncio.Semaphore(MAX_INFLIGHT_SEGMENTS)
         self._committer: asyncio.Task[None] | None = None
         self._closed = False
-        self.stats = {"uploads": 0, "upload_errors": 0, "commits": 0, "commit_errors": 0, "upload_bytes": 0}
+        self._metrics = metrics
 
     def start(self) -> None:
         self._committer = asyncio.create_task(self._commit_loop(), name="diskless-committer")
@@ -129,10 +131,9 @@ class Appender:
             segment.entries = [segment.entries[p.index] for p in placed]
             started = time.monotonic()
             await self._storage.upload(key, data)
-            self.stats["uploads"] += 1
-            self.stats["upload_bytes"] += len(data)
-            log.debug("uploaded %s (%d bytes, %d batches) in %.1f ms", key, len(data), len(placed),
-                      (time.monotonic() - started) * 1000)
+            elapsed = time.monotonic() - started
+            self._metrics.object_uploaded(len(data), elapsed)
+            log.debug("uploaded %s (%d bytes, %d batches) in %.1f ms", key, len(data), len(placed), elapsed * 1000)
             self._cache.put(key, 0, data)
 
     async def _commit_loop(self) -> None:
@@ -144,7 +145,7 @@ class Appender:
             try:
                 await upload
             except Exception as exc:
-                self.stats["upload_errors"] += 1
+                self._metrics.object_upload_failed()
                 log.warning("upload of WAL segment %s failed: %s; failing %d batches", key, exc, len(segment.entries))
                 self._fail(segment, KafkaError(ErrorCode.kafka_storage_error, f"object storage upload failed: {exc}"))
                 continue
@@ -172,6 +173,7 @@ class Appender:
                 )
             )
             position += len(entry.data)
+        started = time.monotonic()
         try:
             responses = await self._run_blocking(
                 self._coordinator.commit_file, key, self._broker_id, position, requests
@@ -179,11 +181,11 @@ class Appender:
         except Exception as exc:
             # The object may or may not be committed: leave it for the garbage collector,
             # and let (idempotent) producers retry.
-            self.stats["commit_errors"] += 1
+            self._metrics.commit_failed()
             log.warning("commit of WAL segment %s failed: %s; failing %d batches", key, exc, len(segment.entries))
             self._fail(segment, KafkaError(ErrorCode.request_timed_out, f"batch coordinator commit failed: {exc}"))
             return
-        self.stats["commits"] += 1
+        self._metrics.file_committed(time.monotonic() - started, len(requests))
         for entry, response in zip(segment.entries, responses, strict=True):
             if not entry.future.done():
                 entry.future.set_result(response)

@@ -9,6 +9,7 @@ before it goes to the consumer.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -21,6 +22,7 @@ from shoal.coordinator.api import (
 )
 from shoal.diskless.cache import RangeCache
 from shoal.objects.storage import ByteRange, ObjectStorage
+from shoal.observability.metrics import BrokerMetrics
 from shoal.protocol.errors import ErrorCode
 from shoal.records.batch import stamp_batch
 from shoal.records.codec import decode_batch
@@ -72,12 +74,13 @@ class DisklessReader:
         coordinator: BatchCoordinator,
         run_blocking: Callable[..., Awaitable],
         cache: RangeCache,
+        metrics: BrokerMetrics,
     ) -> None:
         self._storage = storage
         self._coordinator = coordinator
         self._run_blocking = run_blocking
         self._cache = cache
-        self.stats = {"fetches": 0, "gets": 0}
+        self._metrics = metrics
 
     async def read(
         self, requests: list[tuple[TopicIdPartition, int, int]], fetch_max_bytes: int
@@ -86,11 +89,18 @@ class DisklessReader:
         finds = [FindBatchRequest(tp, offset, max_bytes) for tp, offset, max_bytes in requests]
         found = await self._run_blocking(self._coordinator.find_batches, finds, fetch_max_bytes)
         all_batches = [b for response in found for b in response.batches]
-        self.stats["fetches"] += 1
         spans = plan_ranges(all_batches)
+        gets = 0
+
+        async def get(span: _Span) -> bytes:
+            nonlocal gets
+            gets += 1
+            return await self._get(span)
+
         views = await asyncio.gather(
-            *(self._cache.get_or_fetch(s.key, s.start, s.end, lambda s=s: self._get(s)) for s in spans)
+            *(self._cache.get_or_fetch(s.key, s.start, s.end, lambda s=s: get(s)) for s in spans)
         )
+        self._metrics.fetch_done(gets)
         fetched = dict(zip(spans, views, strict=True))
         spans_by_key: dict[str, list[_Span]] = {}
         for span in fetched:
@@ -119,8 +129,14 @@ class DisklessReader:
         return results
 
     async def _get(self, span: _Span) -> bytes:
-        self.stats["gets"] += 1
-        return await self._storage.fetch(span.key, ByteRange(span.start, span.end - span.start))
+        started = time.monotonic()
+        try:
+            data = await self._storage.fetch(span.key, ByteRange(span.start, span.end - span.start))
+        except Exception:
+            self._metrics.object_get_failed()
+            raise
+        self._metrics.object_get_done(len(data), time.monotonic() - started)
+        return data
 
 
 async def exact_timestamp_offset(

@@ -10,13 +10,18 @@ Accepted forms:
   ``secret_access_key``, ``session_token`` (default: the AWS environment
   variables / credential chain), and the failure bounds ``connect_timeout``,
   ``request_timeout``, ``retry_timeout`` (seconds) and ``max_retries``.
+- ``faulty+<url>[?control=/path/ctl.json][&seed=N]`` -> ``FaultyObjectStorage`` around
+  the backend of ``<url>`` (any form above written with a scheme), for failure tests;
+  ``control`` names the JSON fault control file, ``seed`` the seed used until that
+  file sets one. Other query parameters belong to the inner URL.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, parse_qsl, unquote, urlencode, urlsplit
 
+from shoal.objects.faulty import FaultyObjectStorage
 from shoal.objects.local import LocalObjectStorage
 from shoal.objects.memory import MemoryObjectStorage
 from shoal.objects.s3 import S3ObjectStorage
@@ -92,6 +97,30 @@ def _open_s3(url: str) -> S3ObjectStorage:
     )
 
 
+_FAULTY_PREFIX = "faulty+"
+_FAULTY_PARAMS = frozenset({"control", "seed"})
+
+
+def _open_faulty(url: str) -> FaultyObjectStorage:
+    parts = urlsplit(url)
+    inner_scheme = parts.scheme[len(_FAULTY_PREFIX) :]
+    if not inner_scheme or inner_scheme.startswith(_FAULTY_PREFIX):
+        raise ValueError(f"faulty object storage URL needs one inner scheme, e.g. faulty+file:///dir: {url!r}")
+    ours: dict[str, str] = {}
+    rest: list[tuple[str, str]] = []
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if name in _FAULTY_PARAMS:
+            if name in ours:
+                raise ValueError(f"faulty object storage URL parameter {name!r} is given more than once")
+            ours[name] = value
+        else:
+            rest.append((name, value))
+    seed = int(_parse_number("seed", ours.get("seed", "0"), int))
+    # Built by hand: urlunsplit drops the "//" of an empty authority ("memory://" -> "memory:").
+    inner_url = f"{inner_scheme}://{parts.netloc}{parts.path}" + (f"?{urlencode(rest)}" if rest else "")
+    return FaultyObjectStorage(open_object_storage(inner_url), seed=seed, control_file=ours.get("control") or None)
+
+
 def open_object_storage(url: str) -> ObjectStorage:
     """The backend named by ``url``; ``ValueError`` for anything not understood."""
     if not url:
@@ -110,7 +139,9 @@ def open_object_storage(url: str) -> ObjectStorage:
         return MemoryObjectStorage()
     if scheme == "s3":
         return _open_s3(url)
+    if scheme.startswith(_FAULTY_PREFIX):
+        return _open_faulty(url)
     raise ValueError(
         f"unsupported object storage URL scheme {scheme!r} in {url!r}; "
-        "use a filesystem path, file:///path, memory:// or s3://bucket/prefix"
+        "use a filesystem path, file:///path, memory://, s3://bucket/prefix or faulty+<one of those URLs>"
     )

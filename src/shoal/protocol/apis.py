@@ -40,14 +40,25 @@ class ApiKey:
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
     FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     DESCRIBE_CONFIGS = 32
     ALTER_CONFIGS = 33
+    DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
+    OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
     DESCRIBE_TOPIC_PARTITIONS = 75
 
@@ -59,14 +70,26 @@ SUPPORTED_APIS: dict[int, ApiSpec] = {
         ApiSpec(ApiKey.FETCH, "Fetch", 4, 16),
         ApiSpec(ApiKey.LIST_OFFSETS, "ListOffsets", 1, 10),
         ApiSpec(ApiKey.METADATA, "Metadata", 0, 14),
+        # Kafka 4 removed OffsetCommit v0-1 and OffsetFetch v0 (KIP-896); v10 of both name topics by id.
+        ApiSpec(ApiKey.OFFSET_COMMIT, "OffsetCommit", 2, 10),
+        ApiSpec(ApiKey.OFFSET_FETCH, "OffsetFetch", 1, 10),
         ApiSpec(ApiKey.FIND_COORDINATOR, "FindCoordinator", 0, 6),
+        ApiSpec(ApiKey.JOIN_GROUP, "JoinGroup", 0, 9),
+        ApiSpec(ApiKey.HEARTBEAT, "Heartbeat", 0, 4),
+        ApiSpec(ApiKey.LEAVE_GROUP, "LeaveGroup", 0, 5),
+        ApiSpec(ApiKey.SYNC_GROUP, "SyncGroup", 0, 5),
+        ApiSpec(ApiKey.DESCRIBE_GROUPS, "DescribeGroups", 0, 6),
+        ApiSpec(ApiKey.LIST_GROUPS, "ListGroups", 0, 5),
         ApiSpec(ApiKey.API_VERSIONS, "ApiVersions", 0, 4),
         ApiSpec(ApiKey.CREATE_TOPICS, "CreateTopics", 2, 7),
         ApiSpec(ApiKey.DELETE_TOPICS, "DeleteTopics", 1, 6),
+        ApiSpec(ApiKey.DELETE_RECORDS, "DeleteRecords", 0, 2),
         ApiSpec(ApiKey.INIT_PRODUCER_ID, "InitProducerId", 0, 5),
         ApiSpec(ApiKey.DESCRIBE_CONFIGS, "DescribeConfigs", 1, 4),
         ApiSpec(ApiKey.ALTER_CONFIGS, "AlterConfigs", 0, 2),
+        ApiSpec(ApiKey.DELETE_GROUPS, "DeleteGroups", 0, 2),
         ApiSpec(ApiKey.INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1),
+        ApiSpec(ApiKey.OFFSET_DELETE, "OffsetDelete", 0, 0),
         ApiSpec(ApiKey.DESCRIBE_CLUSTER, "DescribeCluster", 0, 1),
         ApiSpec(ApiKey.DESCRIBE_TOPIC_PARTITIONS, "DescribeTopicPartitions", 0, 0),
     ]
@@ -105,6 +128,8 @@ class RequestHeader:
     api_version: int
     correlation_id: int
     client_id: str | None
+    # The client's address as Kafka prints it ("/127.0.0.1"); group members report it in DescribeGroups.
+    client_host: str = ""
 
 
 class UnsupportedVersion(Exception):

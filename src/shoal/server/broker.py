@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,13 +20,17 @@ from shoal.coordinator.api import CreateTopicAndPartitionsRequest
 from shoal.coordinator.sqlite import SqliteBatchCoordinator
 from shoal.diskless.append import Appender
 from shoal.diskless.cache import RangeCache
+from shoal.diskless.cleaner import ObjectCleaner
 from shoal.diskless.notify import CommitNotifier
 from shoal.diskless.read import DisklessReader
+from shoal.diskless.retention import RetentionTask
+from shoal.groups.coordinator import GroupConfig, GroupCoordinator
 from shoal.metadata.cache import MetadataCache
 from shoal.metadata.controller import Controller
 from shoal.metadata.log import SqliteMetadataStore
 from shoal.objects.factory import open_object_storage
 from shoal.objects.storage import ObjectStorage
+from shoal.observability.metrics import BrokerMetrics, MetricsServer, start_metrics_server
 from shoal.server.connection import serve_connection
 from shoal.server.context import ServerContext
 from shoal.server.dispatch import dispatch
@@ -65,6 +70,10 @@ class Broker:
         self._executor = ThreadPoolExecutor(max_workers=8, thread_name_prefix="shoal-io")
         self.ctx: ServerContext | None = None
         self._storage: ObjectStorage | None = None
+        self._groups: GroupCoordinator | None = None
+        self._retention: RetentionTask | None = None
+        self._cleaner: ObjectCleaner | None = None
+        self._metrics_server: MetricsServer | None = None
 
     async def run_blocking(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
@@ -109,6 +118,8 @@ class Broker:
             await self.run_blocking(coordinator.create_topic_and_partitions, diskless)
 
         cache = RangeCache(config["diskless.fetch.cache.max.bytes"])
+        self.metrics = metrics = BrokerMetrics()
+        metrics.track_cache(cache)
         notifier = CommitNotifier()
         appender = Appender(
             storage,
@@ -119,9 +130,44 @@ class Broker:
             config["diskless.append.buffer.max.bytes"],
             cache,
             notifier.committed,
+            metrics,
         )
         appender.start()
-        reader = DisklessReader(storage, coordinator, self.run_blocking, cache)
+        reader = DisklessReader(storage, coordinator, self.run_blocking, cache, metrics)
+        self._retention = RetentionTask(
+            coordinator,
+            self.run_blocking,
+            lambda: metadata.image,
+            config.topic_default,
+            interval_ms=config["log.retention.check.interval.ms"],
+            metrics=metrics,
+        )
+        self._retention.start()
+        self._cleaner = ObjectCleaner(
+            storage,
+            coordinator,
+            self.run_blocking,
+            interval_ms=config["diskless.object.cleaner.interval.ms"],
+            delete_grace_ms=config["diskless.object.delete.grace.ms"],
+            orphan_min_age_ms=config["diskless.object.orphan.min.age.ms"],
+            metrics=metrics,
+        )
+        self._cleaner.start()
+        if config["metrics.http.port"] >= 0:
+            self._metrics_server = start_metrics_server(
+                metrics.registry, config["metrics.http.host"], config["metrics.http.port"]
+            )
+            log.info("metrics at http://%s:%d/metrics", self._metrics_server.host, self._metrics_server.port)
+
+        def topic_id_of(name: str) -> uuid.UUID | None:
+            topic = metadata.image.topic(name)
+            return None if topic is None else topic.topic_id
+
+        groups = await GroupCoordinator.open(
+            metadata_dir / METADATA_DB, self.run_blocking, GroupConfig.from_config(config), topic_id_of
+        )
+        groups.start()
+        self._groups = groups
         ctx = ServerContext(
             config=config,
             node_id=self.node_id,
@@ -136,6 +182,8 @@ class Broker:
             producer_ids=None,  # type: ignore[arg-type]  # set just below: it needs ctx.control
             run_blocking=self.run_blocking,
             controller_lock=asyncio.Lock(),
+            groups=groups,
+            metrics=metrics,
         )
         ctx.producer_ids = ProducerIdManager(lambda: ctx.control(controller.allocate_producer_ids))
         self.ctx = ctx
@@ -190,6 +238,14 @@ class Broker:
             # Flushes the active WAL segment and waits for its upload and commit, so every
             # request already accepted is answered with its real outcome.
             await self.ctx.appender.close()
+        if self._retention is not None:
+            await self._retention.stop()
+        if self._cleaner is not None:
+            await self._cleaner.stop()
+        if self._groups is not None:
+            # Parked JoinGroup/SyncGroup requests are answered (NOT_COORDINATOR) and pending
+            # offset commits reach the store before connections are closed.
+            await self._groups.close()
         if self._connections:
             _, still_open = await asyncio.wait(list(self._connections), timeout=SHUTDOWN_DRAIN_S)
             for task in still_open:
@@ -205,4 +261,6 @@ class Broker:
             self._coordinator.close()
             self._store.close()
         self._executor.shutdown(wait=True)
+        if self._metrics_server is not None:
+            self._metrics_server.close()
         log.info("Shoal broker %d stopped", self.node_id)

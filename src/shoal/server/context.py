@@ -16,9 +16,11 @@ from shoal.coordinator.api import BatchCoordinator, TopicIdPartition
 from shoal.diskless.append import Appender
 from shoal.diskless.notify import CommitNotifier
 from shoal.diskless.read import DisklessReader
+from shoal.groups.coordinator import GroupCoordinator
 from shoal.metadata.cache import MetadataCache
 from shoal.metadata.controller import Controller
 from shoal.metadata.image import MetadataImage, TopicImage
+from shoal.observability.metrics import BrokerMetrics
 from shoal.txn.producer_ids import ProducerIdManager
 
 T = TypeVar("T")
@@ -39,6 +41,8 @@ class ServerContext:
     producer_ids: ProducerIdManager
     run_blocking: Callable[..., Awaitable[Any]]
     controller_lock: asyncio.Lock
+    groups: GroupCoordinator
+    metrics: BrokerMetrics
 
     @property
     def image(self) -> MetadataImage:

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from shoal.protocol.apis import ApiKey, RequestHeader, UnsupportedVersion, decode_request, encode_response
+from shoal.protocol.apis import (
+    SUPPORTED_APIS,
+    ApiKey,
+    RequestHeader,
+    UnsupportedVersion,
+    decode_request,
+    encode_response,
+)
 from shoal.protocol.errors import KafkaError
 from shoal.server.context import ServerContext
 from shoal.server.handlers.admin import (
@@ -18,7 +26,20 @@ from shoal.server.handlers.admin import (
 )
 from shoal.server.handlers.api_versions import handle_api_versions, unsupported_version_response
 from shoal.server.handlers.coordinators import handle_find_coordinator, handle_init_producer_id
+from shoal.server.handlers.delete_records import handle_delete_records
 from shoal.server.handlers.fetch import handle_fetch
+from shoal.server.handlers.groups import (
+    handle_delete_groups,
+    handle_describe_groups,
+    handle_heartbeat,
+    handle_join_group,
+    handle_leave_group,
+    handle_list_groups,
+    handle_offset_commit,
+    handle_offset_delete,
+    handle_offset_fetch,
+    handle_sync_group,
+)
 from shoal.server.handlers.list_offsets import handle_list_offsets
 from shoal.server.handlers.metadata import (
     handle_describe_cluster,
@@ -36,17 +57,33 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.FETCH: handle_fetch,
     ApiKey.LIST_OFFSETS: handle_list_offsets,
     ApiKey.METADATA: handle_metadata,
+    ApiKey.OFFSET_COMMIT: handle_offset_commit,
+    ApiKey.OFFSET_FETCH: handle_offset_fetch,
     ApiKey.FIND_COORDINATOR: handle_find_coordinator,
+    ApiKey.JOIN_GROUP: handle_join_group,
+    ApiKey.HEARTBEAT: handle_heartbeat,
+    ApiKey.LEAVE_GROUP: handle_leave_group,
+    ApiKey.SYNC_GROUP: handle_sync_group,
+    ApiKey.DESCRIBE_GROUPS: handle_describe_groups,
+    ApiKey.LIST_GROUPS: handle_list_groups,
     ApiKey.API_VERSIONS: handle_api_versions,
     ApiKey.CREATE_TOPICS: handle_create_topics,
     ApiKey.DELETE_TOPICS: handle_delete_topics,
+    ApiKey.DELETE_RECORDS: handle_delete_records,
     ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
     ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
     ApiKey.ALTER_CONFIGS: handle_alter_configs,
+    ApiKey.DELETE_GROUPS: handle_delete_groups,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
+    ApiKey.OFFSET_DELETE: handle_offset_delete,
     ApiKey.DESCRIBE_CLUSTER: handle_describe_cluster,
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: handle_describe_topic_partitions,
 }
+
+
+def client_host(peer: str) -> str:
+    """The address part of ``host:port``, as Kafka prints a client's address (``/127.0.0.1``)."""
+    return "/" + peer.rsplit(":", 1)[0]
 
 
 class CloseConnection(Exception):
@@ -65,10 +102,14 @@ async def dispatch(ctx: ServerContext, frame: memoryview, peer: str) -> bytes | 
     except KafkaError as exc:
         log.warning("closing connection from %s: %s", peer, exc.message)
         raise CloseConnection(exc.message) from None
+    header.client_host = client_host(peer)
+    started = time.perf_counter()
     try:
         response = await HANDLERS[header.api_key](ctx, header, request)
+        return None if response is None else encode_response(header, response)
     except Exception:
         log.exception("error handling api %d v%d from %s (%s)", header.api_key, header.api_version, peer,
                       header.client_id)
         raise CloseConnection("handler failed") from None
-    return None if response is None else encode_response(header, response)
+    finally:
+        ctx.metrics.request_done(SUPPORTED_APIS[header.api_key].name, header.api_version, time.perf_counter() - started)

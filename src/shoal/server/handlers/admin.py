@@ -120,6 +120,7 @@ async def handle_delete_topics(ctx: ServerContext, header: RequestHeader, reques
             await ctx.control(ctx.controller.delete_topic, topic.topic_id)
             if topic.is_diskless:
                 await ctx.run_blocking(ctx.coordinator.delete_topics, {topic.topic_id})
+            ctx.metrics.forget_topic(topic.name)
             log.info("deleted topic %s (%s)", topic.name, topic.topic_id)
             fields.update(name=topic.name, topic_id=topic.topic_id, error_code=ErrorCode.none)
         except KafkaError as exc:

@@ -57,6 +57,11 @@ async def handle_fetch(ctx: ServerContext, header: RequestHeader, request: Any) 
         ):
             break
         await ctx.notifier.wait(waited, min(remaining, REMOTE_COMMIT_POLL_S), version)
+    for (_, _, tp, _, _), read in zip(
+        (slot for slot in slots if isinstance(slot[2], TopicIdPartition)), reads, strict=True
+    ):
+        if read.records:
+            ctx.metrics.bytes_out(tp.topic_name, len(read.records))
     return _response(header, slots, iter(reads))
 
 

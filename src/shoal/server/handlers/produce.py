@@ -20,7 +20,9 @@ _ZERO = datetime.timedelta(0)
 
 
 class _PartitionResult:
-    __slots__ = ("index", "error", "message", "futures", "base_offset", "log_append_time", "log_start_offset")
+    __slots__ = (
+        "index", "error", "message", "futures", "base_offset", "log_append_time", "log_start_offset", "size", "records"
+    )
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -30,6 +32,8 @@ class _PartitionResult:
         self.base_offset = -1
         self.log_append_time = -1
         self.log_start_offset = -1
+        self.size = 0
+        self.records = 0
 
     def fail(self, error: ErrorCode, message: str | None) -> None:
         self.error, self.message = error, message
@@ -74,6 +78,8 @@ async def handle_produce(ctx: ServerContext, header: RequestHeader, request: Any
                         )
                 tp = ctx.partition_key(topic, partition_data.index)
                 for position, batch in batches:
+                    result.size += batch.size
+                    result.records += batch.records_count
                     result.futures.append(
                         ctx.appender.append(tp, records[position : position + batch.size], batch, timestamp_type)
                     )
@@ -85,9 +91,11 @@ async def handle_produce(ctx: ServerContext, header: RequestHeader, request: Any
                 result.fail(exc.code, exc.message)
     if request.acks == 0:
         return None
-    for _, partitions in results:
+    for name, partitions in results:
         for result in partitions:
             await _settle(result)
+            if result.error == ErrorCode.none and result.size:
+                ctx.metrics.bytes_in(name, result.size, result.records)
     cls = response_class(header.api_key, header.api_version)
     partition_cls = nested(cls, "PartitionProduceResponse")
     topic_cls = nested(cls, "TopicProduceResponse")

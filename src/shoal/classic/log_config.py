@@ -1,0 +1,61 @@
+"""The topic configs a classic log obeys, under Kafka's names and with Kafka's defaults.
+
+The broker resolves topic overrides over its ``log.*`` defaults and hands the result here as a
+mapping of Kafka topic-config names; ``LogConfig.from_properties`` picks what the engine uses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+__all__ = ["LogConfig"]
+
+_LONG_MAX = 2**63 - 1
+
+# Kafka topic-config name -> LogConfig field.
+_NAMES = {
+    "segment.bytes": "segment_bytes",
+    "segment.ms": "segment_ms",
+    "segment.jitter.ms": "segment_jitter_ms",
+    "segment.index.bytes": "segment_index_bytes",
+    "index.interval.bytes": "index_interval_bytes",
+    "flush.messages": "flush_messages",
+    "flush.ms": "flush_ms",
+    "retention.ms": "retention_ms",
+    "retention.bytes": "retention_bytes",
+    "producer.id.expiration.ms": "producer_id_expiration_ms",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """Per-partition log settings (Kafka defaults)."""
+
+    segment_bytes: int = 1024 * 1024 * 1024
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    segment_jitter_ms: int = 0
+    segment_index_bytes: int = 10 * 1024 * 1024
+    index_interval_bytes: int = 4096
+    flush_messages: int = _LONG_MAX
+    flush_ms: int = _LONG_MAX
+    retention_ms: int = 7 * 24 * 3600 * 1000
+    retention_bytes: int = -1
+    producer_id_expiration_ms: int = 86_400_000
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, object] | None) -> LogConfig:
+        """Build from Kafka names (``segment.bytes``...); unknown names are ignored, None means default."""
+        if not props:
+            return cls()
+        values: dict[str, int] = {}
+        for name, field_name in _NAMES.items():
+            value = props.get(name)
+            if value is not None:
+                values[field_name] = int(value)  # type: ignore[call-overload]
+        return cls(**values)
+
+    def to_properties(self) -> dict[str, int]:
+        """The settings under Kafka's names."""
+        by_field = {v: k for k, v in _NAMES.items()}
+        return {by_field[f.name]: getattr(self, f.name) for f in fields(self)}

@@ -1,0 +1,154 @@
+"""A log dir whose disk dies at run time (EIO from every operation, open files included).
+
+Uses ``shared/tools/failfs.py`` (FUSE; needs /dev/fuse, Debian ``fuse3 libfuse2`` and PyPI
+``fusepy``); skipped where it cannot mount.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shoal.classic.log import PartitionLog
+from shoal.classic.log_config import LogConfig
+from shoal.classic.log_dirs import describe_log_dirs
+from shoal.classic.log_manager import LogDirFailureEvent, LogManager
+from shoal.protocol.errors import ErrorCode, KafkaError
+from shoal.records.batch import validate_records
+from shoal.records.codec import build_batch, decode_batch, iter_batches
+
+FAILFS = Path(__file__).resolve().parents[3] / "shared" / "tools" / "failfs.py"
+TOPIC_ID = uuid.UUID("3a0b0c0d-0e0f-4a1b-8c2d-3e4f5a6b7c8d")
+
+
+def _fusermount() -> str | None:
+    return shutil.which("fusermount") or shutil.which("fusermount3")
+
+
+@pytest.fixture()
+def failing_dir(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """A FUSE mount that fails with EIO while the flag file exists."""
+    unmount = _fusermount()
+    if not FAILFS.exists() or not os.path.exists("/dev/fuse") or unmount is None:
+        pytest.skip("failfs needs shared/tools/failfs.py, /dev/fuse and fusermount")
+    if importlib.util.find_spec("fuse") is None:
+        pytest.skip("failfs needs the fusepy package")
+    backing, mount, flag = tmp_path / "backing", tmp_path / "mnt", tmp_path / "flag"
+    backing.mkdir()
+    mount.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, str(FAILFS), str(backing), str(mount), str(flag)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 10
+    while not os.path.ismount(mount):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+            pytest.skip(f"failfs could not mount: {err.strip()[-300:]}")
+        time.sleep(0.05)
+    try:
+        yield mount, flag
+    finally:
+        flag.unlink(missing_ok=True)
+        subprocess.run([unmount, "-u", str(mount)], check=False, capture_output=True)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def append(log: PartitionLog, value: bytes) -> int:
+    buf = bytearray(build_batch([(None, value)]))
+    return log.append(memoryview(buf), validate_records(buf, 1 << 20)).base_offset
+
+
+def values(log: PartitionLog) -> list[bytes | None]:
+    data = log.read(log.log_start_offset, 1 << 20).records
+    return [
+        r.value
+        for pos, h in iter_batches(data)
+        for r in decode_batch(memoryview(data)[pos : pos + h.size])[1]
+    ]
+
+
+def test_disk_dies_at_run_time(failing_dir: tuple[Path, Path], tmp_path: Path) -> None:
+    mount, flag = failing_dir
+    good = tmp_path / "good"
+    events: list[LogDirFailureEvent] = []
+    m = LogManager(
+        [good, mount],
+        1,
+        "cluster-A",
+        default_config=LogConfig(segment_bytes=1024),
+        on_dir_failure=events.append,
+    )
+    m.startup()
+    logs = [m.create_log("t", TOPIC_ID, p, is_new=True) for p in range(2)]
+    dying = next(log for log in logs if log.log_dir == str(mount))
+    healthy = next(log for log in logs if log.log_dir == str(good))
+    for i in range(20):
+        append(dying, b"d%d" % i)
+        append(healthy, b"h%d" % i)
+    dying.flush()
+    m.checkpoint()
+
+    flag.touch()  # the disk dies
+    with pytest.raises(KafkaError) as e:
+        append(dying, b"never")
+    assert e.value.code == ErrorCode.kafka_storage_error
+    assert m.offline_dirs() == [str(mount)]
+    assert (
+        events
+        and events[0].log_dir == str(mount)
+        and events[0].offline_partitions == [("t", dying.partition)]
+    )
+    assert not events[0].halt
+    with pytest.raises(KafkaError) as e:
+        m.get_log("t", dying.partition)
+    assert e.value.code == ErrorCode.kafka_storage_error
+    # The other dir keeps producing and consuming.
+    for i in range(20, 40):
+        append(healthy, b"h%d" % i)
+    assert values(m.get_log("t", healthy.partition)) == [b"h%d" % i for i in range(40)]
+    assert m.create_log("u", TOPIC_ID, 0, is_new=True).log_dir == str(good)
+    described = {d.path: d for d in describe_log_dirs(m)}
+    assert described[str(mount)].error == ErrorCode.kafka_storage_error
+    assert described[str(good)].error == ErrorCode.none
+    m.checkpoint()  # only the good dir is written
+
+    flag.unlink()  # the disk "comes back": the dir stays offline until it is reset
+    with pytest.raises(KafkaError):
+        m.get_log("t", dying.partition)
+    m.shutdown()
+    assert (good / ".kafka_cleanshutdown").exists() and not (mount / ".kafka_cleanshutdown").exists()
+
+
+def test_background_flush_failure_takes_the_dir_offline(
+    failing_dir: tuple[Path, Path], tmp_path: Path
+) -> None:
+    mount, flag = failing_dir
+    events: list[LogDirFailureEvent] = []
+    m = LogManager([mount], 1, "cluster-A", on_dir_failure=events.append)
+    m.startup()
+    log = m.create_log("t", TOPIC_ID, 0, LogConfig(flush_messages=1), is_new=True)
+    assert append(log, b"x") == 0
+    flag.touch()
+    m.run_periodic_tasks()  # the worker's fsync fails: no exception escapes, the dir goes offline
+    assert m.offline_dirs() == [str(mount)]
+    assert events[-1].halt  # it was the only dir: the broker must stop
+    with pytest.raises(KafkaError) as e:
+        log.read(0, 100)
+    assert e.value.code == ErrorCode.kafka_storage_error
+    m.shutdown()
