@@ -247,6 +247,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             at_least(60000),
         ),
         ConfigDef(
+            "diskless.coordinator.fault.control.file",
+            ConfigType.STRING,
+            None,
+            "For failure testing only: a JSON file that makes Batch Coordinator calls fail or slow down "
+            "(see `shoal.coordinator.faulty`). Object storage faults use a `faulty+` storage URL.",
+        ),
+        ConfigDef(
             "metrics.http.port",
             ConfigType.INT,
             -1,
@@ -375,6 +382,21 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             "compression.type",
         ),
         ConfigDef("min.insync.replicas", ConfigType.INT, 1, "Minimum ISR size for acks=all.", at_least(1)),
+        ConfigDef(
+            "flush.messages",
+            ConfigType.LONG,
+            9223372036854775807,
+            "Classic topics: fsync the log after this many records (acks wait for it); Kafka's default "
+            "leaves flushing to the OS and relies on replication.",
+            at_least(1),
+        ),
+        ConfigDef(
+            "flush.ms",
+            ConfigType.LONG,
+            9223372036854775807,
+            "Classic topics: fsync the log when its oldest unflushed record is this old.",
+            at_least(0),
+        ),
         ConfigDef("segment.bytes", ConfigType.INT, 1073741824, "Classic log segment size.", at_least(14)),
         ConfigDef("segment.ms", ConfigType.LONG, 604800000, "Classic log segment roll time.", at_least(1)),
     ]

@@ -258,8 +258,8 @@ INVALID_CONFIGS = {
     "retention-ms-not-a-number": {"diskless.enable": "true", "retention.ms": "abc"},
     "unknown-config": {"diskless.enable": "true", "no.such.config": "1"},
     "diskless-enable-maybe": {"diskless.enable": "maybe"},
-    "classic-topic": {},
-    "diskless-enable-false": {"diskless.enable": "false"},
+    "segment-bytes-too-small": {"segment.bytes": "1"},
+    "cleanup-policy-unknown": {"cleanup.policy": "shred"},
 }
 
 

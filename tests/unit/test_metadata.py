@@ -405,11 +405,12 @@ def test_create_topic_rejects_invalid_configs(store: SqliteMetadataStore, config
 
 
 @pytest.mark.parametrize("configs", [{}, {"diskless.enable": "false"}, {"retention.ms": "100"}])
-def test_classic_topics_are_refused(store: SqliteMetadataStore, configs) -> None:
+def test_classic_is_the_default_kind(store: SqliteMetadataStore, configs) -> None:
     controller, cache = make_controller(store)
-    with kafka_error(ErrorCode.invalid_config, "Classic topics are not available"):
-        controller.create_topic(NewTopic("classic", configs=configs))
-    assert cache.catch_up().topic("classic") is None
+    created, _ = controller.create_topic(NewTopic("classic", configs=configs))
+    assert not created.is_diskless
+    topic = cache.catch_up().topic("classic")
+    assert topic is not None and not topic.is_diskless
 
 
 def test_diskless_topic_refused_when_diskless_is_disabled(store: SqliteMetadataStore) -> None:

@@ -56,8 +56,12 @@ async def _serve(config: Config) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await broker.start()
-    await stop.wait()
+    stopped = asyncio.ensure_future(stop.wait())
+    fatal = asyncio.ensure_future(broker.fatal.wait())
+    await asyncio.wait([stopped, fatal], return_when=asyncio.FIRST_COMPLETED)
     await broker.stop()
+    if broker.fatal.is_set():
+        raise SystemExit(1)
 
 
 @app.command()

@@ -116,12 +116,6 @@ class Controller:
                 ErrorCode.invalid_config,
                 "Diskless topics are not enabled on this cluster: set diskless.system.enable=true on the brokers.",
             )
-        if not is_diskless:
-            raise KafkaError(
-                ErrorCode.invalid_config,
-                "Classic topics are not available in this version of Shoal yet: create the topic with "
-                "diskless.enable=true.",
-            )
         brokers = sorted(image.brokers)
         if topic.assignments:
             if topic.num_partitions != -1 or topic.replication_factor != -1:

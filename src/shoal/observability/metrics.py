@@ -58,7 +58,7 @@ from typing import Protocol
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 __all__ = ["BrokerMetrics", "MetricsServer", "start_metrics_server"]
@@ -94,6 +94,35 @@ class _CacheCollector(Collector):
         )
         yield CounterMetricFamily(
             "kafka_diskless_cache_misses", "Range cache lookups that needed an object GET.", value=self._cache.misses
+        )
+
+
+class LogDirCounts(Protocol):
+    """What the classic log manager exposes about failed log dirs (KIP-112)."""
+
+    @property
+    def offline_log_dir_count(self) -> int: ...
+
+    @property
+    def offline_replica_count(self) -> int: ...
+
+
+class _LogDirCollector(Collector):
+    """Kafka's two KIP-112 gauges, read from the log manager at scrape time."""
+
+    def __init__(self, logs: LogDirCounts) -> None:
+        self._logs = logs
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        yield GaugeMetricFamily(
+            "kafka_log_logmanager_offlinelogdirectorycount",
+            "kafka.log:type=LogManager,name=OfflineLogDirectoryCount: log dirs that failed.",
+            value=self._logs.offline_log_dir_count,
+        )
+        yield GaugeMetricFamily(
+            "kafka_server_replicamanager_offlinereplicacount",
+            "kafka.server:type=ReplicaManager,name=OfflineReplicaCount: replicas on failed log dirs.",
+            value=self._logs.offline_replica_count,
         )
 
 
@@ -252,6 +281,10 @@ class BrokerMetrics:
             raise RuntimeError("a cache is already tracked")
         self._cache_collector = _CacheCollector(cache)
         self.registry.register(self._cache_collector)
+
+    def track_log_dirs(self, logs: LogDirCounts) -> None:
+        """Export OfflineLogDirectoryCount and OfflineReplicaCount (read at scrape time)."""
+        self.registry.register(_LogDirCollector(logs))
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from shoal.classic.replica_manager import ReplicaManager
 from shoal.config import Config
-from shoal.coordinator.api import CreateTopicAndPartitionsRequest
+from shoal.coordinator.api import BatchCoordinator, CreateTopicAndPartitionsRequest
 from shoal.coordinator.sqlite import SqliteBatchCoordinator
 from shoal.diskless.append import Appender
 from shoal.diskless.cache import RangeCache
@@ -74,6 +75,9 @@ class Broker:
         self._retention: RetentionTask | None = None
         self._cleaner: ObjectCleaner | None = None
         self._metrics_server: MetricsServer | None = None
+        self._replicas: ReplicaManager | None = None
+        #: Set when the broker must stop on its own (every log dir failed), as Kafka halts.
+        self.fatal = asyncio.Event()
 
     async def run_blocking(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
@@ -103,8 +107,19 @@ class Broker:
             )
             await self.run_blocking(metadata.catch_up)
 
-        coordinator = await self.run_blocking(SqliteBatchCoordinator, metadata_dir / METADATA_DB)
+        self._replicas = replicas = ReplicaManager(
+            config, self.node_id, cluster_id, self.run_blocking, lambda: metadata.image, self._halt
+        )
+        await replicas.start()
+
+        coordinator: BatchCoordinator = await self.run_blocking(SqliteBatchCoordinator, metadata_dir / METADATA_DB)
         self._coordinator = coordinator
+        if config["diskless.coordinator.fault.control.file"]:
+            from shoal.coordinator.faulty import FaultyBatchCoordinator  # failure testing only
+
+            coordinator = FaultyBatchCoordinator(
+                coordinator, control_file=config["diskless.coordinator.fault.control.file"]
+            )
         storage_url = config["diskless.storage.url"] or str((metadata_dir / "diskless-objects").resolve())
         self._storage = storage = open_object_storage(storage_url)
         # The metadata log is the truth about which topics exist: make sure every diskless
@@ -120,6 +135,7 @@ class Broker:
         cache = RangeCache(config["diskless.fetch.cache.max.bytes"])
         self.metrics = metrics = BrokerMetrics()
         metrics.track_cache(cache)
+        metrics.track_log_dirs(replicas.logs)
         notifier = CommitNotifier()
         appender = Appender(
             storage,
@@ -184,6 +200,7 @@ class Broker:
             controller_lock=asyncio.Lock(),
             groups=groups,
             metrics=metrics,
+            replicas=replicas,
         )
         ctx.producer_ids = ProducerIdManager(lambda: ctx.control(controller.allocate_producer_ids))
         self.ctx = ctx
@@ -210,6 +227,10 @@ class Broker:
             self.node_id, cluster_id, listen.host or "*", listen.port, advertised.host, advertised.port,
             metadata_dir, storage_url,
         )
+
+    def _halt(self, reason: str) -> None:
+        log.error("halting the broker: %s", reason)
+        self.fatal.set()
 
     async def _tail_metadata(self) -> None:
         assert self.ctx is not None
@@ -246,6 +267,8 @@ class Broker:
             # Parked JoinGroup/SyncGroup requests are answered (NOT_COORDINATOR) and pending
             # offset commits reach the store before connections are closed.
             await self._groups.close()
+        if self._replicas is not None:
+            await self._replicas.stop()
         if self._connections:
             _, still_open = await asyncio.wait(list(self._connections), timeout=SHUTDOWN_DRAIN_S)
             for task in still_open:

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from shoal.classic.replica_manager import ReplicaManager
 from shoal.config import Config
 from shoal.coordinator.api import BatchCoordinator, TopicIdPartition
 from shoal.diskless.append import Appender
@@ -43,6 +44,7 @@ class ServerContext:
     controller_lock: asyncio.Lock
     groups: GroupCoordinator
     metrics: BrokerMetrics
+    replicas: ReplicaManager
 
     @property
     def image(self) -> MetadataImage:

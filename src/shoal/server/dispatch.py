@@ -41,6 +41,7 @@ from shoal.server.handlers.groups import (
     handle_sync_group,
 )
 from shoal.server.handlers.list_offsets import handle_list_offsets
+from shoal.server.handlers.log_dirs import handle_alter_replica_log_dirs, handle_describe_log_dirs
 from shoal.server.handlers.metadata import (
     handle_describe_cluster,
     handle_describe_topic_partitions,
@@ -72,6 +73,8 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.DELETE_RECORDS: handle_delete_records,
     ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
     ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
+    ApiKey.ALTER_REPLICA_LOG_DIRS: handle_alter_replica_log_dirs,
+    ApiKey.DESCRIBE_LOG_DIRS: handle_describe_log_dirs,
     ApiKey.ALTER_CONFIGS: handle_alter_configs,
     ApiKey.DELETE_GROUPS: handle_delete_groups,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,

@@ -8,7 +8,7 @@ from typing import Any
 
 from shoal.config import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigType, format_value
 from shoal.coordinator.api import CreateTopicAndPartitionsRequest
-from shoal.metadata.controller import NewTopic
+from shoal.metadata.controller import CreatedTopic, NewTopic
 from shoal.metadata.records import ConfigRecord
 from shoal.protocol.apis import RequestHeader, response_class
 from shoal.protocol.build import make, nested
@@ -58,15 +58,7 @@ async def handle_create_topics(ctx: ServerContext, header: RequestHeader, reques
             if validate_only:
                 created = await ctx.run_blocking(ctx.controller.validate_new_topic, new_topic, ctx.image)
             else:
-                created, _ = await ctx.control(ctx.controller.create_topic, new_topic)
-                if created.is_diskless:
-                    await ctx.run_blocking(
-                        ctx.coordinator.create_topic_and_partitions,
-                        {CreateTopicAndPartitionsRequest(created.topic_id, created.name, created.num_partitions)},
-                    )
-                log.info("created %s topic %s (%s) with %d partitions, configs %s",
-                         "diskless" if created.is_diskless else "classic", created.name, created.topic_id,
-                         created.num_partitions, dict(created.configs))
+                created = await create_topic(ctx, new_topic)
             fields.update(
                 error_code=ErrorCode.none,
                 topic_id=None if validate_only else created.topic_id,
@@ -84,6 +76,23 @@ async def handle_create_topics(ctx: ServerContext, header: RequestHeader, reques
             fields.update(error_code=exc.code, error_message=exc.message)
         results.append(make(result_cls, **fields))
     return make(cls, throttle_time=_ZERO, topics=tuple(results))
+
+
+async def create_topic(ctx: ServerContext, new_topic: NewTopic) -> CreatedTopic:
+    """Record a topic in the metadata log and create its storage: logs in the Batch Coordinator
+    (diskless) or this broker's replicas on disk (classic). Raises KafkaError when refused."""
+    created, _ = await ctx.control(ctx.controller.create_topic, new_topic)
+    if created.is_diskless:
+        await ctx.run_blocking(
+            ctx.coordinator.create_topic_and_partitions,
+            {CreateTopicAndPartitionsRequest(created.topic_id, created.name, created.num_partitions)},
+        )
+    else:
+        await ctx.replicas.create_partitions(ctx.image.topic(created.name), is_new=True)
+    log.info("created %s topic %s (%s) with %d partitions, configs %s",
+             "diskless" if created.is_diskless else "classic", created.name, created.topic_id,
+             created.num_partitions, dict(created.configs))
+    return created
 
 
 def _topic_config_values(ctx: ServerContext, configs: Any) -> list[tuple[str, str | None, int]]:
@@ -120,6 +129,8 @@ async def handle_delete_topics(ctx: ServerContext, header: RequestHeader, reques
             await ctx.control(ctx.controller.delete_topic, topic.topic_id)
             if topic.is_diskless:
                 await ctx.run_blocking(ctx.coordinator.delete_topics, {topic.topic_id})
+            else:
+                await ctx.replicas.delete_topic(topic)
             ctx.metrics.forget_topic(topic.name)
             log.info("deleted topic %s (%s)", topic.name, topic.topic_id)
             fields.update(name=topic.name, topic_id=topic.topic_id, error_code=ErrorCode.none)
@@ -234,6 +245,9 @@ async def _alter_configs(ctx: ServerContext, header: RequestHeader, request: Any
             else:
                 desired = {c.name: c.value for c in resource.configs}
             await ctx.control(ctx.controller.alter_topic_configs, topic.name, desired, request.validate_only)
+            altered = ctx.image.topic(topic.name)
+            if not request.validate_only and altered is not None and not altered.is_diskless:
+                ctx.replicas.update_topic_config(altered)
             if not request.validate_only:
                 log.info("altered configs of topic %s: %s", topic.name, desired)
         except KafkaError as exc:

@@ -1,4 +1,5 @@
-"""ListOffsets (2): earliest, latest, max timestamp and offset-for-timestamp, from the coordinator."""
+"""ListOffsets (2): earliest, latest, max timestamp and offset-for-timestamp, from the coordinator
+(diskless) or the log's indexes (classic)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from shoal.coordinator.api import ListOffsetsRequest
 from shoal.diskless.read import exact_timestamp_offset
 from shoal.protocol.apis import RequestHeader, response_class
 from shoal.protocol.build import make, nested
-from shoal.protocol.errors import ErrorCode
+from shoal.protocol.errors import ErrorCode, KafkaError
 from shoal.server.context import ServerContext
 
 _ZERO = datetime.timedelta(0)
@@ -21,13 +22,16 @@ async def handle_list_offsets(ctx: ServerContext, header: RequestHeader, request
     topic_cls, partition_cls = nested(cls, "ListOffsetsTopicResponse"), nested(cls, "ListOffsetsPartitionResponse")
     image = ctx.image
     lookups: list[ListOffsetsRequest] = []
-    plan: list[tuple[str, list[tuple[int, int | None]]]] = []  # topic -> (partition, index into lookups | None)
+    # topic -> (partition, index into lookups | None | a classic answer's fields)
+    plan: list[tuple[str, list[tuple[int, int | dict | None]]]] = []
     for t in request.topics:
         topic = image.topic(t.name)
-        entries = []
+        entries: list[tuple[int, int | dict | None]] = []
         for p in t.partitions:
             if topic is None or p.partition_index not in topic.partitions:
                 entries.append((p.partition_index, None))
+            elif not topic.is_diskless:
+                entries.append((p.partition_index, _classic(ctx, t.name, p.partition_index, p.timestamp)))
             else:
                 entries.append((p.partition_index, len(lookups)))
                 lookups.append(ListOffsetsRequest(ctx.partition_key(topic, p.partition_index), p.timestamp))
@@ -47,6 +51,8 @@ async def handle_list_offsets(ctx: ServerContext, header: RequestHeader, request
         for partition, index in entries:
             if index is None:
                 fields = {"error_code": ErrorCode.unknown_topic_or_partition, "timestamp": -1, "offset": -1}
+            elif isinstance(index, dict):
+                fields = index
             else:
                 answer, exact = answers[index], refined[index]
                 offset, timestamp = exact if exact is not None else (answer.offset, answer.timestamp)
@@ -59,3 +65,14 @@ async def handle_list_offsets(ctx: ServerContext, header: RequestHeader, request
 
 async def _none() -> None:
     return None
+
+
+def _classic(ctx: ServerContext, topic: str, partition: int, timestamp: int) -> dict:
+    """A classic partition's answer, from its log's indexes."""
+    try:
+        found = ctx.replicas.list_offset(topic, partition, timestamp)
+    except KafkaError as exc:
+        return {"error_code": exc.code, "timestamp": -1, "offset": -1}
+    if found is None:
+        return {"error_code": ErrorCode.none, "timestamp": -1, "offset": -1}
+    return {"error_code": ErrorCode.none, "timestamp": found.timestamp, "offset": found.offset}

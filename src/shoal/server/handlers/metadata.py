@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import datetime
 import logging
+from collections.abc import Mapping
 from typing import Any
 
+from shoal.metadata.controller import NewTopic
 from shoal.metadata.image import BrokerImage, MetadataImage, PartitionImage, TopicImage
 from shoal.protocol.apis import RequestHeader, response_class
 from shoal.protocol.build import make, nested
-from shoal.protocol.errors import ErrorCode
+from shoal.protocol.errors import ErrorCode, KafkaError
 from shoal.server.context import ServerContext
+from shoal.server.handlers.admin import create_topic
 
 log = logging.getLogger(__name__)
 
@@ -43,15 +46,25 @@ def preferred_brokers(image: MetadataImage, partition: PartitionImage, rack: str
     return candidates[start:] + candidates[:start]
 
 
-def _partition_view(image: MetadataImage, topic: TopicImage, partition: PartitionImage, rack: str | None) -> dict:
+def _partition_view(
+    image: MetadataImage,
+    topic: TopicImage,
+    partition: PartitionImage,
+    rack: str | None,
+    offline: Mapping[tuple[str, int], object],
+    node_id: int,
+) -> dict:
+    """One partition as Metadata and DescribeTopicPartitions show it. A classic replica on a failed
+    log dir of this broker is listed in ``offline_replicas`` and leaves the ISR (KIP-112)."""
+    offline_here = (topic.name, partition.partition) in offline
     view = {
         "error_code": ErrorCode.none,
         "partition_index": partition.partition,
         "leader_id": partition.leader,
         "leader_epoch": partition.leader_epoch,
         "replica_nodes": partition.replicas,
-        "isr_nodes": partition.isr,
-        "offline_replicas": (),
+        "isr_nodes": tuple(b for b in partition.isr if not (offline_here and b == node_id)),
+        "offline_replicas": (node_id,) if offline_here else (),
         "preferred_produce_brokers": (),
         "eligible_leader_replicas": (),
         "last_known_elr": (),
@@ -70,6 +83,7 @@ async def handle_metadata(ctx: ServerContext, header: RequestHeader, request: An
     cls = response_class(header.api_key, header.api_version)
     topic_cls, partition_cls = nested(cls, "MetadataResponseTopic"), nested(cls, "MetadataResponsePartition")
     rack = client_rack(header, request)
+    offline = ctx.replicas.offline_partitions()
     if request.topics is None or (header.api_version == 0 and not request.topics):
         wanted: list[tuple[str | None, Any]] = [(t.name, t.topic_id) for t in image.topics_by_name.values()]
     else:
@@ -77,21 +91,26 @@ async def handle_metadata(ctx: ServerContext, header: RequestHeader, request: An
     topics = []
     for name, topic_id in wanted:
         topic = image.topic(name) if name is not None else image.topics_by_id.get(topic_id)
+        error = ErrorCode.unknown_topic_id if name is None else ErrorCode.unknown_topic_or_partition
+        if (
+            topic is None
+            and name is not None
+            and getattr(request, "allow_auto_topic_creation", True)
+            and ctx.config["auto.create.topics.enable"]
+        ):
+            try:
+                await create_topic(ctx, NewTopic(name))
+                topic = ctx.image.topic(name)
+                log.info("auto-created topic %s for %s", name, header.client_id)
+            except KafkaError as exc:
+                log.info("auto-creating topic %r for %s refused: %s", name, header.client_id, exc.message)
+                error = exc.code
         if topic is None:
-            error = ErrorCode.unknown_topic_id if name is None else ErrorCode.unknown_topic_or_partition
-            if name is not None and getattr(request, "allow_auto_topic_creation", True) and ctx.config[
-                "auto.create.topics.enable"
-            ]:
-                log.info(
-                    "not auto-creating topic %r requested by %s: new topics default to classic, which this "
-                    "version does not serve; create it with diskless.enable=true",
-                    name, header.client_id,
-                )
             topics.append(make(topic_cls, error_code=error, name=name, topic_id=topic_id, is_internal=False,
                                partitions=(), topic_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS))
             continue
         partitions = tuple(
-            make(partition_cls, **_partition_view(image, topic, p, rack))
+            make(partition_cls, **_partition_view(image, topic, p, rack, offline, ctx.node_id))
             for p in sorted(topic.partitions.values(), key=lambda p: p.partition)
         )
         topics.append(
@@ -133,6 +152,7 @@ async def handle_describe_topic_partitions(ctx: ServerContext, header: RequestHe
     if request.cursor is not None:
         names = [n for n in names if n >= request.cursor.topic_name]
     limit = max(request.response_partition_limit, 1)
+    offline = ctx.replicas.offline_partitions()
     topics, next_cursor = [], None
     for name in names:
         topic = image.topic(name)
@@ -148,7 +168,7 @@ async def handle_describe_topic_partitions(ctx: ServerContext, header: RequestHe
             if limit == 0:
                 next_cursor = make(nested(cls, "Cursor"), topic_name=name, partition_index=p.partition)
                 break
-            chosen.append(make(partition_cls, **_partition_view(image, topic, p, None)))
+            chosen.append(make(partition_cls, **_partition_view(image, topic, p, None, offline, ctx.node_id)))
             limit -= 1
         topics.append(make(topic_cls, error_code=ErrorCode.none, name=name, topic_id=topic.topic_id, is_internal=False,
                            partitions=tuple(chosen), topic_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS))

@@ -1,10 +1,13 @@
-"""Produce (API 0): validate batches, hand diskless ones to the appender, answer at commit."""
+"""Produce (API 0): validate batches; diskless ones go to the appender and are answered at
+commit, classic ones are appended to the local log. A request naming both kinds is answered
+when its diskless partitions are committed (KIP-1163)."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime
 import logging
+from collections.abc import Awaitable
 from typing import Any
 
 from shoal.coordinator.api import CommitBatchResponse, TimestampType
@@ -17,11 +20,14 @@ from shoal.server.context import ServerContext
 log = logging.getLogger(__name__)
 
 _ZERO = datetime.timedelta(0)
+# Flushes of acks=0 requests: nobody waits for them, but they must run (and not be collected).
+_background: set[asyncio.Future[None]] = set()
 
 
 class _PartitionResult:
     __slots__ = (
-        "index", "error", "message", "futures", "base_offset", "log_append_time", "log_start_offset", "size", "records"
+        "index", "error", "message", "futures", "flush", "base_offset", "log_append_time", "log_start_offset",
+        "size", "records",
     )
 
     def __init__(self, index: int) -> None:
@@ -29,6 +35,7 @@ class _PartitionResult:
         self.error = ErrorCode.none
         self.message: str | None = None
         self.futures: list[asyncio.Future[CommitBatchResponse]] = []
+        self.flush: Awaitable[None] | None = None
         self.base_offset = -1
         self.log_append_time = -1
         self.log_start_offset = -1
@@ -77,12 +84,22 @@ async def handle_produce(ctx: ServerContext, header: RequestHeader, request: Any
                             ErrorCode.invalid_record, "Transactional batches are not supported by this Shoal version yet"
                         )
                 tp = ctx.partition_key(topic, partition_data.index)
-                for position, batch in batches:
+                for _, batch in batches:
                     result.size += batch.size
                     result.records += batch.records_count
-                    result.futures.append(
-                        ctx.appender.append(tp, records[position : position + batch.size], batch, timestamp_type)
-                    )
+                if topic.is_diskless:
+                    for position, batch in batches:
+                        result.futures.append(
+                            ctx.appender.append(tp, records[position : position + batch.size], batch, timestamp_type)
+                        )
+                else:
+                    appended = ctx.replicas.append(topic.name, tp.partition, records, batches, timestamp_type)
+                    result.base_offset = appended.base_offset
+                    result.log_start_offset = appended.log_start_offset
+                    result.log_append_time = appended.log_append_time
+                    if appended.flush_needed:
+                        result.flush = ctx.replicas.flush(topic.name, tp.partition)
+                    ctx.notifier.committed([tp])
             except KafkaError as exc:
                 log.info(
                     "rejected produce to %s-%d from %s: %s (%s)",
@@ -90,6 +107,11 @@ async def handle_produce(ctx: ServerContext, header: RequestHeader, request: Any
                 )
                 result.fail(exc.code, exc.message)
     if request.acks == 0:
+        for _, partitions in results:
+            for result in partitions:
+                if result.flush is not None:
+                    _background.add(task := asyncio.ensure_future(result.flush))
+                    task.add_done_callback(_background.discard)
         return None
     for name, partitions in results:
         for result in partitions:
@@ -131,7 +153,14 @@ async def handle_produce(ctx: ServerContext, header: RequestHeader, request: Any
 
 
 async def _settle(result: _PartitionResult) -> None:
-    """Wait for the partition's batches to commit; the partition answers the first batch's offset."""
+    """Wait for the partition's batches to commit (diskless) or to be flushed when the topic's
+    ``flush.messages`` asks for it (classic); a diskless partition answers its first batch's offset."""
+    if result.flush is not None:
+        try:
+            await result.flush
+        except KafkaError as exc:
+            result.fail(exc.code, exc.message)
+        return
     if not result.futures:
         return
     outcomes = await asyncio.gather(*result.futures, return_exceptions=True)
