@@ -29,6 +29,9 @@ from shoal.records.batch import BatchHeader
 
 log = logging.getLogger(__name__)
 
+# Left in a log dir by ``shoal log-dirs reset``; the broker acts on it at its next start.
+RESET_MARKER = ".shoal-log-dir-reset"
+
 # Topic configs that shape a classic log, by their Kafka names.
 LOG_CONFIG_NAMES = ("segment.bytes", "segment.ms", "flush.messages", "flush.ms", "retention.ms", "retention.bytes")
 
@@ -86,6 +89,9 @@ class ReplicaManager:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         await self._run_blocking(self.logs.startup)
+        for log_dir in self.logs.log_dirs:
+            if (Path(log_dir) / RESET_MARKER).exists():
+                await self._reset(log_dir)
         for log_dir in self.logs.offline_dirs():
             log.error("log dir %s is offline at start-up; its partitions answer KAFKA_STORAGE_ERROR", log_dir)
         if not self.logs.online_dirs():
@@ -94,6 +100,21 @@ class ReplicaManager:
 
     async def stop(self) -> None:
         await self._run_blocking(self.logs.shutdown)
+
+    async def _reset(self, log_dir: str) -> None:
+        """KIP-112's recovery after a disk is fixed or replaced, asked for with ``shoal log-dirs reset``:
+        the replicas that were lost with it are accepted as lost and re-created empty."""
+        released = await self._run_blocking(self.logs.reset_dir, log_dir)
+        image = self._image()
+        for topic_name, partition in released:
+            topic = image.topic(topic_name)
+            if topic is not None and not topic.is_diskless:
+                await self._run_blocking(self.logs.create_log, topic_name, topic.topic_id, partition)
+        (Path(log_dir) / RESET_MARKER).unlink()
+        log.warning(
+            "log dir %s was reset by the operator: re-created %s empty",
+            log_dir, ", ".join(f"{t}-{p}" for t, p in released) or "no partition",
+        )
 
     # ------------------------------------------------------------------ failures
 
