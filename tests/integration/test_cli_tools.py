@@ -95,15 +95,17 @@ def test_topics_create_list_describe_alter_delete(broker: BrokerProcess, topic_n
     run = topics(broker, "create", "--topic", topic_name, "--diskless")
     assert (run.rc, run.out) == (1, f"Error while executing topic command : Topic '{topic_name}' already exists.\n"), run
     assert topics(broker, "create", "--topic", topic_name, "--diskless", "--if-not-exists").rc == 0
-    run = topics(broker, "create", "--topic", f"{topic_name}-classic")  # classic topics are not served yet
-    assert run.rc == 1 and run.out.startswith("Error while executing topic command : Classic topics"), run
+    run = topics(broker, "create", "--topic", f"{topic_name}-classic")  # classic is the default kind
+    assert (run.rc, run.out) == (0, f"Created topic {topic_name}-classic.\n"), run
     run = topics(broker, "create", "--topic", "x", "--diskless", "--partitions", "0")
     assert run.out == "Error while executing topic command : The partitions must be greater than 0\n", run
 
     run = topics(broker, "list")
-    assert run.rc == 0 and topic_name in run.out.splitlines(), run
+    assert run.rc == 0 and {topic_name, f"{topic_name}-classic"} <= set(run.out.splitlines()), run
     run = topics(broker, "list", "--diskless")
     assert run.rc == 0 and run.out.splitlines() == [topic_name], run
+    head, _ = describe(broker, f"{topic_name}-classic")
+    assert head["Kind"] == "classic", head
 
     head, parts = describe(broker, topic_name)
     assert re.fullmatch(KAFKA_ID, head["TopicId"]), head
