@@ -524,6 +524,10 @@ class BackgroundProducer:
         except Exception as exc:  # reported by stop()
             self.errors.append(f"producer thread: {exc!r}")
 
+    def halt(self) -> None:
+        """Teardown: stop producing (the daemon thread flushes and ends on its own)."""
+        self._stop.set()
+
     def stop(self, timeout: float = 150.0) -> Expected:
         """Stop producing, wait for every delivery report; return partition -> {offset: seq}."""
         self._stop.set()

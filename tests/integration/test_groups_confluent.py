@@ -162,7 +162,7 @@ def test_three_members_split_partitions_and_survivors_take_over_after_sigkill(
             commit_errors = [ev.text for ev in log.errors if ev.text.startswith("commit")]
             assert not commit_errors, f"{log.name}: synchronous commits failed: {commit_errors[:5]}"
     finally:
-        producer._stop.set()
+        producer.halt()
         for c in consumers:
             c.close()
 

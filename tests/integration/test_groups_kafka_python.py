@@ -86,10 +86,17 @@ class Member(threading.Thread):
             self.crash = exc
             return
         try:
+            # Topic metadata first. Otherwise the leader may compute the first assignment without
+            # it, must rejoin once it arrives, and kafka-python 3.0.12 can orphan that rejoin:
+            # when a poll() times out mid-join and the leader's assignment snapshot has caught
+            # up by the next poll, need_rejoin() is False, the in-flight SyncGroup result is
+            # never applied and the member stays "rebalancing" without heartbeats until its
+            # session expires (seen here; the broker answered every request).
+            consumer.partitions_for_topic(self.topic)
             consumer.subscribe([self.topic], listener=_Listener(self.rec))
             self.rec.add("S", text="subscribed")
             while not self.stopping.is_set():
-                batch = consumer.poll(timeout_ms=200)
+                batch = consumer.poll(timeout_ms=1000)  # long enough for a join to finish inside it
                 offsets: dict[TopicPartition, OffsetAndMetadata] = {}
                 for tp, records in batch.items():
                     for r in records:
