@@ -15,14 +15,18 @@ import uvloop
 from shoal.cli.diskless_metadata import diskless_metadata_app
 from shoal.cli.dump_log import dump_log
 from shoal.cli.groups import groups_app
+from shoal.cli.pipeline import pipeline_app
+from shoal.cli.log_dirs import log_dirs_app
 from shoal.cli.topics import topics_app
 from shoal.config import Config, ConfigError, parse_overrides, parse_properties
 
 app = typer.Typer(help="Shoal: a Kafka-compatible broker with diskless topics on object storage.", no_args_is_help=True)
 app.add_typer(groups_app, name="groups")
+app.add_typer(pipeline_app, name="pipeline")
 app.add_typer(topics_app, name="topics")
 app.command("dump-log")(dump_log)
 app.add_typer(diskless_metadata_app, name="diskless-metadata")
+app.add_typer(log_dirs_app, name="log-dirs")
 
 Overrides = Annotated[
     list[str] | None, typer.Option("--override", help="Set a config, key=value (repeatable), as kafka-server-start does.")
