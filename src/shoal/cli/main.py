@@ -1,4 +1,4 @@
-"""The ``shoal`` command: ``broker`` (a Kafka-style server.properties) and ``up`` (embedded defaults)."""
+"""The ``shoal`` command: ``broker``, ``up`` and the operator tools shaped like Kafka's."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import uvloop
 from shoal.cli.diskless_metadata import diskless_metadata_app
 from shoal.cli.dump_log import dump_log
 from shoal.cli.groups import groups_app
-from shoal.cli.pipeline import pipeline_app
 from shoal.cli.log_dirs import log_dirs_app
+from shoal.cli.pipeline import pipeline_app
 from shoal.cli.topics import topics_app
 from shoal.config import Config, ConfigError, parse_overrides, parse_properties
 
