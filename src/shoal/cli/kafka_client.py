@@ -90,7 +90,6 @@ _LEADER_RETRY = frozenset(
         ErrorCode.unknown_leader_epoch,
         ErrorCode.offset_not_available,
         ErrorCode.request_timed_out,
-        ErrorCode.kafka_storage_error,
         ErrorCode.broker_not_available,
         ErrorCode.replica_not_available,
     }

@@ -11,7 +11,6 @@ import socket
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -89,8 +88,6 @@ class Broker:
         advertised = parse_listener((config["advertised.listeners"] or config["listeners"])[0])
         if not advertised.host:
             advertised = Endpoint(socket.gethostname(), advertised.port)
-        for directory in config.log_dirs:
-            Path(directory).mkdir(parents=True, exist_ok=True)
 
         store = await self.run_blocking(SqliteMetadataStore, metadata_dir / METADATA_DB)
         self._store = store

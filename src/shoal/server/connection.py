@@ -67,7 +67,8 @@ async def serve_connection(
         except Exception:
             log.debug("response writer for %s ended with an error", peer, exc_info=True)
         writer.close()
-        with contextlib.suppress(Exception):
+        # A connection cancelled at shutdown has nothing left to wait for.
+        with contextlib.suppress(Exception, asyncio.CancelledError):
             await writer.wait_closed()
 
 
