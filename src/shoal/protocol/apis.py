@@ -55,6 +55,8 @@ class ApiKey:
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     DESCRIBE_CONFIGS = 32
+    ALTER_REPLICA_LOG_DIRS = 34
+    DESCRIBE_LOG_DIRS = 35
     ALTER_CONFIGS = 33
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
@@ -86,6 +88,8 @@ SUPPORTED_APIS: dict[int, ApiSpec] = {
         ApiSpec(ApiKey.DELETE_RECORDS, "DeleteRecords", 0, 2),
         ApiSpec(ApiKey.INIT_PRODUCER_ID, "InitProducerId", 0, 5),
         ApiSpec(ApiKey.DESCRIBE_CONFIGS, "DescribeConfigs", 1, 4),
+        ApiSpec(ApiKey.ALTER_REPLICA_LOG_DIRS, "AlterReplicaLogDirs", 1, 2),
+        ApiSpec(ApiKey.DESCRIBE_LOG_DIRS, "DescribeLogDirs", 1, 4),
         ApiSpec(ApiKey.ALTER_CONFIGS, "AlterConfigs", 0, 2),
         ApiSpec(ApiKey.DELETE_GROUPS, "DeleteGroups", 0, 2),
         ApiSpec(ApiKey.INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1),
