@@ -18,6 +18,16 @@ from typing import Protocol
 from shoal.protocol.errors import ErrorCode
 
 
+class CoordinatorUnavailableError(Exception):
+    """The coordinator could not be reached or did not answer; the call's outcome is unknown.
+
+    Any backend raises this when its store is unreachable (a network error, a timeout,
+    a lost connection), so callers can tell an outage they should ride out from a bug.
+    A write may have happened although the caller got this error (its answer was lost):
+    callers must not assume it did not.
+    """
+
+
 class TimestampType(IntEnum):
     """Kafka's record timestamp types (batch attribute bit 3)."""
 
@@ -222,6 +232,47 @@ class ObjectDescription:
     batches: list[BatchInfo]
 
 
+@dataclass(frozen=True, slots=True)
+class ObjectCandidate:
+    """A committed object worth rewriting (object compaction): small, or mostly dead bytes."""
+
+    object_key: str
+    size: int
+    used_size: int
+    committed_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class BatchMove:
+    """Repoint one batch from where the compactor read it to where it wrote it.
+
+    ``batch_id``, the partition, ``last_offset``, ``old_object_key``, ``old_byte_offset``
+    and ``byte_size`` are the coordinates the compactor read: the move applies only if the
+    coordinator still has exactly that batch there (a batch deleted or moved meanwhile is
+    skipped, never re-created). ``base_offset`` is informational (tools, logs).
+    """
+
+    batch_id: int
+    topic_id_partition: TopicIdPartition
+    base_offset: int
+    last_offset: int
+    old_object_key: str
+    old_byte_offset: int
+    new_byte_offset: int
+    byte_size: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplaceResult:
+    """What one ``replace_batches`` transaction did."""
+
+    moved: int
+    skipped: int
+    moved_bytes: int
+    new_object_state: str  # an ObjectState value: DELETING when nothing was moved
+    emptied_object_keys: tuple[str, ...]  # old objects now marked for deletion
+
+
 class BatchCoordinator(Protocol):
     """KIP-1164's pluggable Batch Coordinator."""
 
@@ -276,6 +327,37 @@ class BatchCoordinator(Protocol):
 
     def is_safe_to_delete_file(self, object_key: str) -> bool:
         """True when no committed batch references the object (used by the GC of orphans)."""
+
+    # Object compaction (KIP-1164 "Object Compaction": rewrite already-written objects).
+
+    def list_compaction_candidates(
+        self, min_age_ms: int, max_object_bytes: int, limit: int
+    ) -> list[ObjectCandidate]:
+        """Objects in state 'uploaded', committed at least ``min_age_ms`` ago, that are small
+        (``size <= max_object_bytes``) or sparse (at most half of their bytes still used);
+        oldest first, at most ``limit``."""
+
+    def list_object_batches(self, object_keys: list[str]) -> dict[str, list[BatchInfo]]:
+        """The live batches of each object, in byte order, from one snapshot (unknown keys: [])."""
+
+    def replace_batches(
+        self,
+        new_object_key: str,
+        new_object_size: int,
+        moves: list[BatchMove],
+        uploader_broker_id: int,
+    ) -> ReplaceResult:
+        """Register a rewritten object and repoint batches to it, in ONE transaction.
+
+        A move applies only when its batch still exists at exactly its old coordinates;
+        others are skipped (deleted by retention, DeleteRecords or DeleteTopics, or moved by
+        another compactor), so nothing deleted comes back. The new object's used size is
+        the moved bytes (none moved: marked for deletion at once); old objects lose the
+        moved bytes and those left empty are marked for deletion, so the cleaner removes
+        them after the grace period while fetches of the old coordinates still succeed.
+        Raises ValueError for moves that do not fit the new object (nothing changes), and
+        the backend's integrity error if ``new_object_key`` is already committed.
+        """
 
     def close(self) -> None: ...
 
