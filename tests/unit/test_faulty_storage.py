@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from shoal.faults import FaultInjector, FaultPlan
 from shoal.objects.factory import open_object_storage
-from shoal.objects.faulty import Fault, FaultyObjectStorage, write_control_file
+from shoal.objects.faulty import Fault, FaultyObjectStorage, parse_control, write_control_file
 from shoal.objects.local import LocalObjectStorage
 from shoal.objects.memory import MemoryObjectStorage
 from shoal.objects.storage import ByteRange, ObjectStorage, StorageBackendError
@@ -155,3 +156,25 @@ async def test_factory_scheme(tmp_path: Path) -> None:
         open_object_storage("faulty+memory://?seed=-1")
     with pytest.raises(ValueError):
         open_object_storage("faulty+memory://?seed=1&seed=2")
+
+
+def test_injector_is_generic() -> None:
+    """shoal.faults knows no operation names of its own: each wrapper brings its own."""
+    injector = FaultInjector(("read", "write"), seed=1)
+    assert injector.decide("read") is None and injector.plan("write") == FaultPlan()
+    injector.set_fault("all", Fault(failure_rate=1.0, latency_ms=5))
+    assert injector.plan("write") == FaultPlan(0.005, Fault(failure_rate=1.0, latency_ms=5))
+    injector.set_fault("read", Fault(latency_ms=20))
+    assert injector.plan("read") == FaultPlan(0.02, None)
+    assert injector.injected == {"read": 0, "write": 1}
+    with pytest.raises(ValueError):
+        injector.decide("upload")
+    with pytest.raises(ValueError):
+        FaultInjector(("all",))
+
+
+def test_parse_control_checks_operations() -> None:
+    assert parse_control('{"seed": 3, "upload": {"after": true}}') == (3, {"upload": Fault(after=True)})
+    for bad in ('{"rename": {}}', '{"seed": "x"}', '{"upload": {"rate": 1}}', "[]", '{"fetch": 1}'):
+        with pytest.raises(ValueError):
+            parse_control(bad)

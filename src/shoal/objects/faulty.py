@@ -7,115 +7,40 @@ with ``StorageBackendError`` (as a real backend's I/O or HTTP error does), optio
 after the real call ran ("the upload happened but its answer was lost", which is how
 orphans appear), and calls can be slowed down.
 
-Faults are set in code (``set_fault``) or, for a broker running as a child process,
-through a JSON control file named in the storage URL
-(``faulty+file:///dir?control=/path/ctl.json&seed=7``, see ``objects.factory``). The
-file is the whole desired state; it is re-read whenever it changes (checked with one
-``stat`` per call), so a test rewrites it (``write_control_file`` does so atomically) and
-the broker's next storage call obeys. Its format::
-
-    {"seed": 7,
-     "all":    {"failure_rate": 0.1},
-     "upload": {"failure_rate": 1.0, "latency_ms": 200, "after": true}}
-
-``all`` applies to every operation without an entry of its own. Decisions come from
-one ``random.Random`` per operation, seeded from the seed and the operation's name and
-re-seeded on each (re)load, so a run is reproducible given the same calls.
+The decisions, the JSON control file and its format are ``shoal.faults``' (shared with
+the Batch Coordinator wrapper); for a broker running as a child process the control file
+is named in the storage URL (``faulty+file:///dir?control=/path/ctl.json&seed=7``, see
+``objects.factory``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
-import json
-import logging
-import os
-import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
+from shoal.faults import Fault, FaultInjector
+from shoal.faults import parse_control as _parse_control
+from shoal.faults import write_control_file as _write_control_file
 from shoal.objects.storage import ByteRange, ObjectInfo, ObjectStorage, StorageBackendError
 
 __all__ = ["OPERATIONS", "Fault", "FaultyObjectStorage", "parse_control", "write_control_file"]
 
-log = logging.getLogger(__name__)
-
 OPERATIONS = ("upload", "fetch", "delete", "list")
-_ALL = "all"
 
 T = TypeVar("T")
 
 
-@dataclass(frozen=True, slots=True)
-class Fault:
-    """How one operation misbehaves.
-
-    ``failure_rate``: fraction of calls (0..1) that raise StorageBackendError.
-    ``latency_ms``: delay added before every call. ``after``: a failing call first
-    runs for real and then raises, so its effect (an uploaded object, a deletion)
-    happens although the caller sees an error.
-    """
-
-    failure_rate: float = 0.0
-    latency_ms: float = 0.0
-    after: bool = False
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.failure_rate <= 1.0:
-            raise ValueError(f"failure_rate must be within 0..1, got {self.failure_rate}")
-        if self.latency_ms < 0:
-            raise ValueError(f"latency_ms must not be negative, got {self.latency_ms}")
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Fault:
-        unknown = set(data) - {"failure_rate", "latency_ms", "after"}
-        if unknown:
-            raise ValueError(f"unknown fault fields {sorted(unknown)}")
-        return cls(
-            failure_rate=float(data.get("failure_rate", 0.0)),
-            latency_ms=float(data.get("latency_ms", 0.0)),
-            after=bool(data.get("after", False)),
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {"failure_rate": self.failure_rate, "latency_ms": self.latency_ms, "after": self.after}
-
-
-def _check_operation(operation: str) -> str:
-    if operation not in OPERATIONS and operation != _ALL:
-        raise ValueError(f"unknown storage operation {operation!r}; known: {', '.join(OPERATIONS)}, all")
-    return operation
-
-
 def parse_control(text: str) -> tuple[int, dict[str, Fault]]:
-    """(seed, faults by operation) from a control file's JSON; ValueError if malformed."""
-    data = json.loads(text)
-    if not isinstance(data, dict):
-        raise ValueError("control file must hold a JSON object")
-    seed = data.get("seed", 0)
-    if not isinstance(seed, int):
-        raise ValueError(f"seed must be an integer, got {seed!r}")
-    faults: dict[str, Fault] = {}
-    for name, value in data.items():
-        if name == "seed":
-            continue
-        if not isinstance(value, dict):
-            raise ValueError(f"fault for {name!r} must be a JSON object")
-        faults[_check_operation(name)] = Fault.from_json(value)
-    return seed, faults
+    """(seed, faults by storage operation) from a control file's JSON; ValueError if malformed."""
+    return _parse_control(text, OPERATIONS)
 
 
 def write_control_file(path: str | Path, faults: Mapping[str, Fault], seed: int = 0) -> None:
-    """Atomically replace the control file (write + rename), so a reader never sees half of it."""
-    path = Path(path)
-    data: dict[str, Any] = {"seed": seed}
-    for operation, fault in faults.items():
-        data[_check_operation(operation)] = fault.to_json()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
+    """Atomically replace a storage control file; ValueError for an operation storage lacks."""
+    _write_control_file(path, faults, seed, operations=OPERATIONS)
 
 
 class FaultyObjectStorage:
@@ -123,80 +48,33 @@ class FaultyObjectStorage:
 
     def __init__(self, inner: ObjectStorage, *, seed: int = 0, control_file: str | Path | None = None) -> None:
         self.inner = inner
-        self._faults: dict[str, Fault] = {}
-        self._control = Path(control_file) if control_file is not None else None
-        self._control_signature: tuple[int, int, int] | None = None
-        self._rngs: dict[str, random.Random] = {}
-        self._reseed(seed)
-        #: Failures injected so far, per operation (tests assert that faults really fired).
-        self.injected: dict[str, int] = dict.fromkeys(OPERATIONS, 0)
+        self.faults = FaultInjector(OPERATIONS, seed=seed, control_file=control_file, name="object storage")
 
-    # ------------------------------------------------------------------ configuration
-
-    def _reseed(self, seed: int) -> None:
-        self._seed = seed
-        self._rngs = {op: random.Random(f"{seed}:{op}") for op in OPERATIONS}
+    @property
+    def injected(self) -> dict[str, int]:
+        """Failures injected so far, per operation (tests assert that faults really fired)."""
+        return self.faults.injected
 
     def set_fault(self, operation: str, fault: Fault | None) -> None:
         """Make ``operation`` (or ``"all"``) misbehave as ``fault``; None removes its fault."""
-        _check_operation(operation)
-        if fault is None:
-            self._faults.pop(operation, None)
-        else:
-            self._faults[operation] = fault
+        self.faults.set_fault(operation, fault)
 
     def clear(self, seed: int | None = None) -> None:
         """Remove every fault (and re-seed, when a seed is given)."""
-        self._faults.clear()
-        if seed is not None:
-            self._reseed(seed)
+        self.faults.clear(seed)
 
     def fault_for(self, operation: str) -> Fault | None:
-        """The fault in force for ``operation`` (its own, else the ``all`` one), after reading the control file."""
-        self._poll_control()
-        return self._faults.get(operation) or self._faults.get(_ALL)
-
-    def _poll_control(self) -> None:
-        if self._control is None:
-            return
-        try:
-            st = os.stat(self._control)
-        except FileNotFoundError:
-            if self._control_signature is not None:
-                self._control_signature = None
-                self._faults.clear()
-            return
-        except OSError as exc:
-            log.warning("cannot stat fault control file %s: %s; keeping the current faults", self._control, exc)
-            return
-        signature = (st.st_mtime_ns, st.st_size, st.st_ino)
-        if signature == self._control_signature:
-            return
-        self._control_signature = signature
-        try:
-            seed, faults = parse_control(self._control.read_text())
-        except (OSError, ValueError) as exc:
-            log.warning("ignoring fault control file %s: %s; keeping the current faults", self._control, exc)
-            return
-        self._faults = faults
-        self._reseed(seed)
-        log.info("storage faults now %s (seed %d)", {op: f.to_json() for op, f in faults.items()}, seed)
-
-    # ------------------------------------------------------------------ injection
+        """The fault in force for ``operation`` (its own, else the ``all`` one)."""
+        return self.faults.fault_for(operation)
 
     async def _call(self, operation: str, what: str, call: Callable[[], Awaitable[T]]) -> T:
-        fault = self.fault_for(operation)
-        if fault is None:
+        plan = self.faults.plan(operation)
+        if plan.latency_s > 0:
+            await asyncio.sleep(plan.latency_s)
+        if plan.failure is None:
             return await call()
-        # Always draw, so the decisions of a seed do not depend on the rates in force.
-        fails = self._rngs[operation].random() < fault.failure_rate
-        if fault.latency_ms > 0:
-            await asyncio.sleep(fault.latency_ms / 1000)
-        if not fails:
-            return await call()
-        if fault.after:
+        if plan.failure.after:
             await call()
-        self.injected[operation] += 1
         raise StorageBackendError(f"injected {operation} failure ({what})")
 
     async def upload(self, key: str, data: bytes | memoryview) -> None:

@@ -8,6 +8,7 @@ handles by sending full fetch requests.
 from __future__ import annotations
 
 import datetime
+import logging
 import time
 from typing import Any
 
@@ -17,6 +18,8 @@ from shoal.protocol.apis import RequestHeader, response_class
 from shoal.protocol.build import make, nested
 from shoal.protocol.errors import ErrorCode, KafkaError
 from shoal.server.context import ServerContext
+
+log = logging.getLogger(__name__)
 
 _ZERO = datetime.timedelta(0)
 # Even when our own commits would wake us, re-ask the coordinator this often for
@@ -71,7 +74,11 @@ async def _read_all(ctx: ServerContext, slots: list, max_bytes: int) -> dict[int
     reads: dict[int, PartitionRead] = {}
     diskless = [i for i, slot in enumerate(slots) if isinstance(slot[2], TopicIdPartition) and slot[5]]
     if diskless:
-        results = await ctx.reader.read([(slots[i][2], slots[i][3], slots[i][4]) for i in diskless], max_bytes)
+        try:
+            results = await ctx.reader.read([(slots[i][2], slots[i][3], slots[i][4]) for i in diskless], max_bytes)
+        except Exception as exc:  # object storage or coordinator unreachable: retriable, keep the connection
+            log.warning("diskless read failed, answering KAFKA_STORAGE_ERROR: %s: %s", type(exc).__name__, exc)
+            results = [PartitionRead(ErrorCode.kafka_storage_error, -1, -1, b"") for _ in diskless]
         reads.update(zip(diskless, results, strict=True))
     used = sum(len(r.records) for r in reads.values())
     for i, (_, partition, tp, offset, partition_max, is_diskless) in enumerate(slots):

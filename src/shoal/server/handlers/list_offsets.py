@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import logging
 from typing import Any
 
-from shoal.coordinator.api import ListOffsetsRequest
+from shoal.coordinator.api import ListOffsetsRequest, ListOffsetsResponse
 from shoal.diskless.read import exact_timestamp_offset
 from shoal.protocol.apis import RequestHeader, response_class
 from shoal.protocol.build import make, nested
 from shoal.protocol.errors import ErrorCode, KafkaError
 from shoal.server.context import ServerContext
+
+log = logging.getLogger(__name__)
 
 _ZERO = datetime.timedelta(0)
 
@@ -36,14 +39,20 @@ async def handle_list_offsets(ctx: ServerContext, header: RequestHeader, request
                 entries.append((p.partition_index, len(lookups)))
                 lookups.append(ListOffsetsRequest(ctx.partition_key(topic, p.partition_index), p.timestamp))
         plan.append((t.name, entries))
-    answers = await ctx.run_blocking(ctx.coordinator.list_offsets, lookups) if lookups else []
+    try:
+        answers = await ctx.run_blocking(ctx.coordinator.list_offsets, lookups) if lookups else []
+    except Exception as exc:  # coordinator unreachable: retriable, keep the connection
+        log.warning("ListOffsets on the Batch Coordinator failed: %s: %s", type(exc).__name__, exc)
+        answers = [ListOffsetsResponse(ErrorCode.kafka_storage_error, lookup.topic_id_partition, -1, -1)
+                   for lookup in lookups]
     refined = await asyncio.gather(
         *(
             exact_timestamp_offset(ctx.reader, lookup.topic_id_partition, answer.offset, lookup.timestamp)
             if answer.errors == ErrorCode.none and answer.offset >= 0 and (lookup.timestamp >= 0 or lookup.timestamp == -3)
             else _none()
             for lookup, answer in zip(lookups, answers, strict=True)
-        )
+        ),
+        return_exceptions=True,  # a failed read falls back to the batch-level answer
     )
     topics = []
     for name, entries in plan:
@@ -55,6 +64,8 @@ async def handle_list_offsets(ctx: ServerContext, header: RequestHeader, request
                 fields = index
             else:
                 answer, exact = answers[index], refined[index]
+                if isinstance(exact, BaseException):
+                    exact = None
                 offset, timestamp = exact if exact is not None else (answer.offset, answer.timestamp)
                 fields = {"error_code": answer.errors, "timestamp": timestamp, "offset": offset}
             partitions.append(make(partition_cls, partition_index=partition, leader_epoch=0,
