@@ -253,3 +253,26 @@ class FaultInjector:
         self._faults = faults
         self._reseed(seed)
         log.info("%s: faults now %s (seed %d)", self.name, {op: f.to_json() for op, f in faults.items()}, seed)
+
+
+class FaultControlled:
+    """The controls a fault-injecting wrapper offers tests; the wrapper sets ``self.faults``."""
+
+    faults: FaultInjector
+
+    @property
+    def injected(self) -> dict[str, int]:
+        """Failures injected so far, per operation (tests assert that faults really fired)."""
+        return self.faults.injected
+
+    def set_fault(self, operation: str, fault: Fault | None) -> None:
+        """Make ``operation`` (or ``"all"``) misbehave as ``fault``; None removes its fault."""
+        self.faults.set_fault(operation, fault)
+
+    def clear(self, seed: int | None = None) -> None:
+        """Remove every fault (and re-seed, when a seed is given)."""
+        self.faults.clear(seed)
+
+    def fault_for(self, operation: str) -> Fault | None:
+        """The fault in force for ``operation`` (its own, else the ``all`` one)."""
+        return self.faults.fault_for(operation)

@@ -49,7 +49,7 @@ from shoal.coordinator.api import (
     ReplaceResult,
     TopicDescription,
 )
-from shoal.faults import Fault, FaultInjector
+from shoal.faults import Fault, FaultControlled, FaultInjector
 from shoal.faults import write_control_file as _write_control_file
 
 __all__ = ["OPERATIONS", "Fault", "FaultyBatchCoordinator", "write_control_file"]
@@ -81,7 +81,7 @@ def write_control_file(path: str | Path, faults: Mapping[str, Fault], seed: int 
     _write_control_file(path, faults, seed, operations=OPERATIONS)
 
 
-class FaultyBatchCoordinator:
+class FaultyBatchCoordinator(FaultControlled):
     """Wraps a BatchCoordinator; calls pass through unless a configured fault picks them.
 
     ``inner`` should also be a CoordinatorInspector for the ``describe_*`` methods to work.
@@ -90,23 +90,6 @@ class FaultyBatchCoordinator:
     def __init__(self, inner: BatchCoordinator, *, control_file: str | Path | None = None, seed: int = 0) -> None:
         self.inner = inner
         self.faults = FaultInjector(OPERATIONS, seed=seed, control_file=control_file, name="batch coordinator")
-
-    @property
-    def injected(self) -> dict[str, int]:
-        """Failures injected so far, per operation (tests assert that faults really fired)."""
-        return self.faults.injected
-
-    def set_fault(self, operation: str, fault: Fault | None) -> None:
-        """Make ``operation`` (or ``"all"``) misbehave as ``fault``; None removes its fault."""
-        self.faults.set_fault(operation, fault)
-
-    def clear(self, seed: int | None = None) -> None:
-        """Remove every fault (and re-seed, when a seed is given)."""
-        self.faults.clear(seed)
-
-    def fault_for(self, operation: str) -> Fault | None:
-        """The fault in force for ``operation`` (its own, else the ``all`` one)."""
-        return self.faults.fault_for(operation)
 
     def _call(self, operation: str, call: Callable[[], T]) -> T:
         plan = self.faults.plan(operation)

@@ -20,8 +20,6 @@ the coordinator, so they are retried next round.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -29,6 +27,7 @@ from datetime import UTC, datetime, timedelta
 
 from shoal.coordinator.api import BatchCoordinator, DeleteFilesRequest
 from shoal.diskless.append import WAL_KEY_PREFIX
+from shoal.diskless.periodic import PeriodicTask
 from shoal.objects.storage import ObjectStorage
 from shoal.observability.metrics import BrokerMetrics
 
@@ -57,7 +56,7 @@ class _CoordinatorUnavailable(Exception):
     """The coordinator failed: nothing more is deleted this round."""
 
 
-class ObjectCleaner:
+class ObjectCleaner(PeriodicTask):
     """Deletes marked objects every ``interval_ms`` and collects orphans every ``orphan_interval_ms``.
 
     The orphan phase lists every object under the prefix, live ones included, so it
@@ -93,30 +92,11 @@ class ObjectCleaner:
         self._clock = clock
         self._prefix = prefix
         self._last_orphan_scan: datetime | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._name = "diskless-object-cleaner"
 
-    def start(self) -> None:
-        """Start the periodic rounds on the running loop."""
-        if self._task is None:
-            self._task = asyncio.create_task(self._loop(), name="diskless-object-cleaner")
-
-    async def stop(self) -> None:
-        """Stop the rounds; a round in progress is abandoned (every step of it is safe to redo)."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            last = self._last_orphan_scan
-            orphans_due = last is None or self._clock() - last >= self._orphan_interval
-            try:
-                await self.run_once(orphans=orphans_due)
-            except Exception:
-                log.exception("object cleaner round failed")
+    async def round(self) -> None:
+        last = self._last_orphan_scan
+        await self.run_once(orphans=last is None or self._clock() - last >= self._orphan_interval)
 
     async def run_once(self, *, orphans: bool = True) -> CleanerRound:
         """One round: delete marked objects past their grace period, then (if asked) orphans."""

@@ -12,8 +12,6 @@ enforce them, which deletes whole batches and marks emptied objects for deletion
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -25,6 +23,7 @@ from shoal.coordinator.api import (
     EnforceRetentionResponse,
     TopicIdPartition,
 )
+from shoal.diskless.periodic import PeriodicTask
 from shoal.metadata.image import MetadataImage, TopicImage
 from shoal.observability.metrics import BrokerMetrics
 from shoal.protocol.errors import ErrorCode
@@ -78,7 +77,7 @@ def retention_requests(image: MetadataImage, topic_default: Callable[[str], Any]
     return requests
 
 
-class RetentionTask:
+class RetentionTask(PeriodicTask):
     """Enforces retention on every diskless partition every ``interval_ms``.
 
     ``image`` returns the current MetadataImage; ``topic_default`` the broker's default
@@ -102,28 +101,10 @@ class RetentionTask:
         self._topic_default = topic_default
         self._interval = interval_ms / 1000
         self._metrics = metrics
-        self._task: asyncio.Task[None] | None = None
+        self._name = "diskless-retention"
 
-    def start(self) -> None:
-        """Start the periodic rounds on the running loop."""
-        if self._task is None:
-            self._task = asyncio.create_task(self._loop(), name="diskless-retention")
-
-    async def stop(self) -> None:
-        """Stop the rounds; a call in progress finishes in its worker thread (it is one transaction)."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval)
-            try:
-                await self.run_once()
-            except Exception:
-                log.exception("retention round failed")
+    async def round(self) -> None:
+        await self.run_once()
 
     async def run_once(self) -> RetentionResult:
         """One pass over the diskless partitions of the current image."""

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TypeVar
 
-from shoal.faults import Fault, FaultInjector
+from shoal.faults import Fault, FaultControlled, FaultInjector
 from shoal.faults import parse_control as _parse_control
 from shoal.faults import write_control_file as _write_control_file
 from shoal.objects.storage import ByteRange, ObjectInfo, ObjectStorage, StorageBackendError
@@ -43,29 +43,12 @@ def write_control_file(path: str | Path, faults: Mapping[str, Fault], seed: int 
     _write_control_file(path, faults, seed, operations=OPERATIONS)
 
 
-class FaultyObjectStorage:
+class FaultyObjectStorage(FaultControlled):
     """Wraps an ObjectStorage; calls pass through unless a configured fault picks them."""
 
     def __init__(self, inner: ObjectStorage, *, seed: int = 0, control_file: str | Path | None = None) -> None:
         self.inner = inner
         self.faults = FaultInjector(OPERATIONS, seed=seed, control_file=control_file, name="object storage")
-
-    @property
-    def injected(self) -> dict[str, int]:
-        """Failures injected so far, per operation (tests assert that faults really fired)."""
-        return self.faults.injected
-
-    def set_fault(self, operation: str, fault: Fault | None) -> None:
-        """Make ``operation`` (or ``"all"``) misbehave as ``fault``; None removes its fault."""
-        self.faults.set_fault(operation, fault)
-
-    def clear(self, seed: int | None = None) -> None:
-        """Remove every fault (and re-seed, when a seed is given)."""
-        self.faults.clear(seed)
-
-    def fault_for(self, operation: str) -> Fault | None:
-        """The fault in force for ``operation`` (its own, else the ``all`` one)."""
-        return self.faults.fault_for(operation)
 
     async def _call(self, operation: str, what: str, call: Callable[[], Awaitable[T]]) -> T:
         plan = self.faults.plan(operation)
