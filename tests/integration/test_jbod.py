@@ -4,7 +4,7 @@ What an operator sees is checked the way an operator sees it: ``shoal log-dirs d
 (DescribeLogDirs), ``shoal topics describe`` (Metadata's offline replicas), the Prometheus
 ``/metrics`` page (Kafka's OfflineLogDirectoryCount / OfflineReplicaCount), and clients getting
 KAFKA_STORAGE_ERROR for the partitions of the failed dir. A dir failing at run time is a FUSE
-pass-through (``/work/shared/tools/failfs.py``) that answers EIO once a flag file exists.
+pass-through (``shared/tools/failfs.py`` beside the repository) that answers EIO once a flag file exists.
 
 The metadata (shoal.db) lives in its own ``metadata.log.dir``: by default it would sit in the
 first log dir, and these tests are about losing log dirs, not the metadata.
@@ -48,7 +48,7 @@ from tests.support.broker import (
     make_workload,
 )
 
-FAILFS = Path(os.environ.get("SHOAL_FAILFS", "/work/shared/tools/failfs.py"))
+FAILFS = Path(os.environ.get("SHOAL_FAILFS") or Path(__file__).resolve().parents[3] / "shared" / "tools" / "failfs.py")
 STORAGE_EXCEPTION = "org.apache.kafka.common.errors.KafkaStorageException"  # what kafka-log-dirs.sh prints
 
 
