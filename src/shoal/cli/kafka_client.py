@@ -160,6 +160,25 @@ class _Retry(Exception):
         self.message = message
 
 
+class UnsupportedApiError(KafkaClientError):
+    """The broker does not serve an API (or no version the tool speaks)."""
+
+
+def negotiate_version(conn: BrokerConnection, api_key: int, supported: tuple[int, int], name: str) -> int:
+    """The highest version both sides speak; Kafka's NodeApiVersions wording when there is none."""
+    lo, hi = supported
+    broker = conn.api_versions.get(api_key)
+    if broker is None:
+        raise UnsupportedApiError(f"The node does not support {name}")
+    best = min(hi, broker[1])
+    if best < max(lo, broker[0]):
+        raise UnsupportedApiError(
+            f"The node does not support {name} with version in range [{lo},{hi}]. "
+            f"The supported range is [{broker[0]},{broker[1]}]."
+        )
+    return best
+
+
 def _check_coordinator_error(code: ErrorCode, message: str | None = None) -> None:
     if code in _COORDINATOR_MOVED or code in _COORDINATOR_BUSY:
         raise _Retry(code, message)

@@ -40,8 +40,10 @@ from shoal.cli.kafka_client import (
     KafkaClient,
     KafkaClientError,
     Node,
+    UnsupportedApiError,
     error_message,
     error_name,
+    negotiate_version,
 )
 from shoal.config import Config, ConfigError, parse_properties
 from shoal.protocol.apis import request_class
@@ -162,19 +164,11 @@ def describe_json(described: Mapping[int, Sequence[LogDirInfo]], topics: set[str
 
 
 def negotiate(conn: BrokerConnection, api_key: int) -> int:
-    """The highest version both sides speak; Kafka's NodeApiVersions wording when there is none."""
-    lo, hi = VERSIONS[api_key]
-    name = KAFKA_API_NAMES[api_key]
-    broker = conn.api_versions.get(api_key)
-    if broker is None:
-        raise LogDirsCommandError(f"The node does not support {name}")
-    best = min(hi, broker[1])
-    if best < max(lo, broker[0]):
-        raise LogDirsCommandError(
-            f"The node does not support {name} with version in range [{lo},{hi}]. "
-            f"The supported range is [{broker[0]},{broker[1]}]."
-        )
-    return best
+    """The version to use for ``api_key`` with this broker (see kafka_client.negotiate_version)."""
+    try:
+        return negotiate_version(conn, api_key, VERSIONS[api_key], KAFKA_API_NAMES[api_key])
+    except UnsupportedApiError as exc:
+        raise LogDirsCommandError(str(exc)) from None
 
 
 class LogDirsAdmin:
