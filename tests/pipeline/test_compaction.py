@@ -30,7 +30,6 @@ from shoal.coordinator.api import (
     DeleteRecordsRequest,
     FindBatchRequest,
     ObjectCandidate,
-    TimestampType,
     TopicIdPartition,
 )
 from shoal.coordinator.sqlite import SqliteBatchCoordinator
@@ -40,6 +39,7 @@ from shoal.pipeline.compaction_plan import plan_outputs
 from shoal.pipeline.compaction_task import TaskSettings, compact_output, verify_batch
 from shoal.records.batch import read_header
 from shoal.records.codec import build_batch
+from shoal.records.types import TimestampType
 from tests.pipeline.helpers import new_topic, rows_from_consumer
 from tests.support.broker import BrokerProcess, Rec, confluent_consume, make_workload, rec_from_confluent
 

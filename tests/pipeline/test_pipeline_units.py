@@ -14,7 +14,6 @@ from shoal.coordinator.api import (
     CommitBatchRequest,
     CreateTopicAndPartitionsRequest,
     DeleteRecordsRequest,
-    TimestampType,
     TopicIdPartition,
 )
 from shoal.coordinator.sqlite import SqliteBatchCoordinator
@@ -28,6 +27,7 @@ from shoal.pipeline.options import (
     parse_write_options,
 )
 from shoal.records.codec import build_batch, build_control_batch
+from shoal.records.types import TimestampType
 
 TOPIC_ID = uuid.UUID("12345678-1234-5678-1234-567812345678")
 BASE = {"shoal.metadata.path": "/x/shoal.db", "shoal.storage.url": "/x/objects"}

@@ -13,10 +13,10 @@ from shoal.classic.checkpoint import LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA
 from shoal.classic.log import PartitionLog
 from shoal.classic.log_config import LogConfig
 from shoal.classic.segment import file_name
-from shoal.coordinator.api import TimestampType
 from shoal.protocol.errors import ErrorCode, KafkaError
 from shoal.records.batch import read_header, validate_records
 from shoal.records.codec import build_batch, decode_batch, iter_batches
+from shoal.records.types import TimestampType
 
 TS = 1_700_000_000_000
 SMALL = LogConfig(segment_bytes=2048, index_interval_bytes=200)

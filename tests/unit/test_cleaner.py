@@ -18,7 +18,6 @@ from shoal.coordinator.api import (
     CreateTopicAndPartitionsRequest,
     DeleteRecordsRequest,
     EnforceRetentionRequest,
-    TimestampType,
     TopicIdPartition,
 )
 from shoal.coordinator.sqlite import SqliteBatchCoordinator
@@ -32,6 +31,7 @@ from shoal.observability.metrics import BrokerMetrics
 from shoal.protocol.errors import ErrorCode, KafkaError
 from shoal.records.batch import read_header
 from shoal.records.codec import build_batch
+from shoal.records.types import TimestampType
 
 TOPIC = uuid.UUID("11111111-2222-3333-4444-555555555555")
 T0 = datetime(2030, 1, 1, tzinfo=UTC)

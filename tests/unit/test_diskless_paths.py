@@ -18,7 +18,6 @@ from shoal.coordinator.api import (
     CommitBatchResponse,
     CreateTopicAndPartitionsRequest,
     FindBatchRequest,
-    TimestampType,
     TopicIdPartition,
 )
 from shoal.coordinator.sqlite import SqliteBatchCoordinator
@@ -33,6 +32,7 @@ from shoal.observability.metrics import BrokerMetrics
 from shoal.protocol.errors import ErrorCode, KafkaError
 from shoal.records.batch import read_header
 from shoal.records.codec import Record, build_batch, decode_batch, iter_batches
+from shoal.records.types import TimestampType
 
 TOPIC = uuid.UUID("0f0f0f0f-1111-2222-3333-444444444444")
 APPEND_TIME = 1_700_000_000_000

@@ -25,7 +25,6 @@ from shoal.coordinator.api import (
     FindBatchRequest,
     ListOffsetsRequest,
     ListOffsetsTimestamp,
-    TimestampType,
     TopicIdPartition,
 )
 from shoal.coordinator.faulty import OPERATIONS, Fault, FaultyBatchCoordinator, write_control_file
@@ -33,6 +32,7 @@ from shoal.coordinator.sqlite import SqliteBatchCoordinator
 from shoal.diskless.cleaner import ObjectCleaner
 from shoal.objects.memory import MemoryObjectStorage
 from shoal.protocol.errors import ErrorCode
+from shoal.records.types import TimestampType
 
 TOPIC = uuid.UUID("0f0f0f0f-1111-2222-3333-444444444444")
 TP = TopicIdPartition(TOPIC, 0, "faulty")

@@ -50,10 +50,10 @@ from shoal.classic.log_config import LogConfig
 from shoal.classic.producer_state import ProducerStateManager
 from shoal.classic.recovery import load_segments
 from shoal.classic.segment import AppendedBatch, LogSegment
-from shoal.coordinator.api import TimestampType
 from shoal.protocol.errors import ErrorCode, KafkaError
 from shoal.records.batch import NO_TIMESTAMP, BatchHeader, stamp_batch, validate_records
 from shoal.records.codec import decode_batch
+from shoal.records.types import TimestampType
 
 __all__ = [
     "EARLIEST_LOCAL_TIMESTAMP",

@@ -22,10 +22,10 @@ from shoal.classic.log_config import LogConfig
 from shoal.classic.log_dirs import LogDirDescription, describe_log_dirs
 from shoal.classic.log_manager import LogDirFailureEvent, LogManager, TopicPartition
 from shoal.config import TOPIC_CONFIGS, Config
-from shoal.coordinator.api import TimestampType
 from shoal.metadata.image import MetadataImage, TopicImage
 from shoal.protocol.errors import ErrorCode, KafkaError
 from shoal.records.batch import BatchHeader
+from shoal.records.types import TimestampType
 
 log = logging.getLogger(__name__)
 

@@ -25,12 +25,13 @@ from typing import Annotated
 import typer
 
 from shoal.config import Config, ConfigError, parse_properties
-from shoal.coordinator.api import ObjectDescription, TimestampType, TopicDescription
+from shoal.coordinator.api import ObjectDescription, TopicDescription
 from shoal.coordinator.sqlite import SqliteBatchCoordinator
 from shoal.metadata.cache import MetadataCache
 from shoal.metadata.image import MetadataImage
 from shoal.metadata.log import SqliteMetadataStore
 from shoal.metadata.records import RemoveTopicRecord, TopicRecord
+from shoal.records.types import TimestampType
 
 diskless_metadata_app = typer.Typer(
     help="Inspect diskless topics and WAL objects in the metadata store (KIP-1163's kafka-diskless-metadata).",

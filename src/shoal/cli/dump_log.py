@@ -35,11 +35,12 @@ from shoal.cli.diskless_metadata import (
     format_time,
     metadata_db_path,
 )
-from shoal.coordinator.api import BatchInfo, ObjectDescription, TimestampType
+from shoal.coordinator.api import BatchInfo, ObjectDescription
 from shoal.diskless.wal import WAL_HEADER_SIZE, WAL_VERSION, WalFormatError, iter_segment
 from shoal.protocol.errors import KafkaError
 from shoal.records.batch import HEADER_SIZE, LOG_OVERHEAD, MAGIC_OFFSET, MIN_BATCH_LENGTH, BatchHeader, crc_of
 from shoal.records.codec import CONTROL_ABORT, CONTROL_COMMIT, Record, decode_batch, iter_batches
+from shoal.records.types import TimestampType
 
 # Kafka's segment files: the base offset, zero-padded to 20 digits, + ".log".
 CLASSIC_NAME = re.compile(r"^(\d{20})\.log$")

@@ -12,10 +12,10 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import IntEnum
 from typing import Protocol
 
 from shoal.protocol.errors import ErrorCode
+from shoal.records.types import TimestampType
 
 
 class CoordinatorUnavailableError(Exception):
@@ -26,13 +26,6 @@ class CoordinatorUnavailableError(Exception):
     A write may have happened although the caller got this error (its answer was lost):
     callers must not assume it did not.
     """
-
-
-class TimestampType(IntEnum):
-    """Kafka's record timestamp types (batch attribute bit 3)."""
-
-    CREATE_TIME = 0
-    LOG_APPEND_TIME = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,12 +53,12 @@ from shoal.coordinator.api import (
     ObjectState,
     PartitionDescription,
     ReplaceResult,
-    TimestampType,
     TopicDescription,
     TopicIdPartition,
 )
 from shoal.protocol.errors import ErrorCode
-from shoal.store.sqlite import apply_schema, open_sqlite
+from shoal.records.types import TimestampType
+from shoal.store.sqlite.connection import apply_schema, open_sqlite
 
 __all__ = ["SqliteBatchCoordinator", "PRODUCER_STATE_BATCHES"]
 

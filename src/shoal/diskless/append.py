@@ -22,7 +22,6 @@ from shoal.coordinator.api import (
     BatchCoordinator,
     CommitBatchRequest,
     CommitBatchResponse,
-    TimestampType,
     TopicIdPartition,
 )
 from shoal.diskless.cache import RangeCache
@@ -31,6 +30,7 @@ from shoal.objects.storage import ObjectStorage
 from shoal.observability.metrics import BrokerMetrics
 from shoal.protocol.errors import ErrorCode, KafkaError
 from shoal.records.batch import BatchHeader
+from shoal.records.types import TimestampType
 
 log = logging.getLogger(__name__)
 

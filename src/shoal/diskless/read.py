@@ -17,7 +17,6 @@ from shoal.coordinator.api import (
     BatchCoordinator,
     BatchInfo,
     FindBatchRequest,
-    TimestampType,
     TopicIdPartition,
 )
 from shoal.diskless.cache import RangeCache
@@ -26,6 +25,7 @@ from shoal.observability.metrics import BrokerMetrics
 from shoal.protocol.errors import ErrorCode
 from shoal.records.batch import stamp_batch
 from shoal.records.codec import decode_batch
+from shoal.records.types import TimestampType
 
 # Two batches of one object closer than this are read with one GET.
 COALESCE_GAP_BYTES = 1024 * 1024

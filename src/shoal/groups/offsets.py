@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from shoal.store.sqlite import apply_schema, open_sqlite
+from shoal.store.sqlite.connection import apply_schema, open_sqlite
 
 __all__ = [
     "CommittedOffset",

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from shoal.metadata.records import MetadataRecord, decode_record, encode_record
-from shoal.store.sqlite import apply_schema, open_sqlite
+from shoal.store.sqlite.connection import apply_schema, open_sqlite
 
 _MIGRATIONS = [
     """

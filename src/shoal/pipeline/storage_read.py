@@ -20,7 +20,6 @@ from shoal.coordinator.api import (
     BatchInfo,
     FindBatchRequest,
     ListOffsetsRequest,
-    TimestampType,
     TopicIdPartition,
 )
 from shoal.coordinator.sqlite import SqliteBatchCoordinator
@@ -31,6 +30,7 @@ from shoal.pipeline.topics import PartitionSource, metadata_db
 from shoal.protocol.errors import ErrorCode, KafkaError
 from shoal.records.batch import ATTRIBUTES_OFFSET, TIMESTAMP_TYPE_FLAG, read_header, stamp_batch
 from shoal.records.codec import Record, decode_batch
+from shoal.records.types import TimestampType
 
 __all__ = ["DataLossError", "DisklessRangeReader", "StoredRecord"]
 

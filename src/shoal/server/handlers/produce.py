@@ -10,11 +10,12 @@ import logging
 from collections.abc import Awaitable
 from typing import Any
 
-from shoal.coordinator.api import CommitBatchResponse, TimestampType
+from shoal.coordinator.api import CommitBatchResponse
 from shoal.protocol.apis import RequestHeader, response_class
 from shoal.protocol.build import make, nested
 from shoal.protocol.errors import ErrorCode, KafkaError
 from shoal.records.batch import validate_records
+from shoal.records.types import TimestampType
 from shoal.server.context import ServerContext
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,1 @@
+"""SQLite backends of the storage seams (one database file, WAL mode)."""
