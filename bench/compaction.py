@@ -257,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         from shoal.pipeline.compact import CompactionOptions, compact
         from shoal.pipeline.session import build_session
+        from shoal.pipeline.stores import find_store_config
 
         started = time.monotonic()
         spark = build_session(args.master, "shoal-compaction-bench")
@@ -265,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             log("compaction")
             options = CompactionOptions(target_bytes=args.target_bytes, min_age_ms=0)
-            result = compact(spark, db, storage_url, options).to_json()
+            result = compact(spark, find_store_config(metadata_path=db), storage_url, options).to_json()
         finally:
             spark.stop()
         tasks = result.pop("outputs")

@@ -1,8 +1,29 @@
-"""Make `tests.support` importable however pytest is invoked (the repo root is not always on sys.path)."""
+"""Make `tests.support` importable however pytest is invoked (the repo root is not always on sys.path),
+and the fixtures shared by the unit and the integration tests."""
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 _ROOT = str(Path(__file__).resolve().parents[1])
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
+
+from tests.support.failfs import FailingDisk, FuseUnavailable  # noqa: E402 - needs the path above
+
+
+@pytest.fixture
+def failing_disk(tmp_path: Path) -> Iterator[FailingDisk]:
+    """A mounted failfs disk (tests/support/failfs.py) that answers EIO from ``fail()`` on; unmounted
+    at teardown, after whatever was put in its ``before_unmount``. Skipped only where FUSE is unavailable."""
+    disk = FailingDisk(tmp_path / "failfs")
+    try:
+        disk.mount()
+    except FuseUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        yield disk
+    finally:
+        disk.close()

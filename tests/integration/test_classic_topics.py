@@ -6,8 +6,8 @@ brokers of their own because they SIGKILL them. Besides what clients see, the te
 partition directories the broker wrote: segment files named by base offset, RecordBatch v2
 back to back, the codec the producer chose kept as it is.
 
-The helpers at the top (topic creation, segment parsing, raw requests, the acknowledging producer
-process) are also used by ``test_jbod.py``.
+The helpers at the top (topic creation, segment parsing, raw requests) are also used by
+``test_jbod.py``; the acknowledging producer process is tests/support/acked_producer.py.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from kio.static.primitive import i8, i16, i32, i64
 
+from tests.support.acked_producer import AckedProducer, check_acked, consume_all, watermarks
 from tests.support.broker import (
     BrokerProcess,
     Rec,
@@ -43,7 +44,6 @@ from tests.support.broker import (
     confluent_produce,
     create_diskless_topic,
     make_workload,
-    seq_of_rec,
     wait_for_topic,
 )
 
@@ -250,17 +250,6 @@ def wire_offline_replicas(port: int, topic: str) -> dict[int, tuple[int, ...]]:
     }
 
 
-def watermarks(bootstrap: str, topic: str, partitions: Iterable[int]) -> dict[int, tuple[int, int]]:
-    """(low, high) watermark of each partition, as a consumer sees them (ListOffsets)."""
-    consumer = confluent_consumer(bootstrap)
-    try:
-        return {
-            p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False) for p in partitions
-        }
-    finally:
-        consumer.close()
-
-
 def wait_until(what: str, check: Any, timeout: float, interval: float = 0.2) -> Any:
     """Poll ``check()`` until it returns something truthy, bounded by ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
@@ -281,168 +270,6 @@ def run_shoal(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[st
     return subprocess.run(
         [sys.executable, "-m", "shoal", *args], capture_output=True, text=True, timeout=timeout, env=env
     )
-
-
-# ---------------------------------------------------------------------- acknowledging producer
-
-ACKED_PRODUCER_SCRIPT = r'''
-"""Idempotent acks=all producer: numbered records round-robin over the given partitions as fast as
-the broker takes them; each acknowledged id is appended (fsynced) to a file, so the test knows
-exactly what the broker promised to keep, even across broker crashes."""
-import json, os, sys, time
-from confluent_kafka import Producer
-
-bootstrap, topic, acked_path, stop_path = sys.argv[1:5]
-partitions = [int(p) for p in sys.argv[5].split(",")]
-max_seconds, value_size, batch_size = float(sys.argv[6]), int(sys.argv[7]), int(sys.argv[8])
-producer = Producer({
-    "bootstrap.servers": bootstrap,
-    "enable.idempotence": True,
-    "acks": "all",
-    "linger.ms": 5,
-    "message.timeout.ms": 180000,
-    "retry.backoff.ms": 100,
-    "reconnect.backoff.max.ms": 500,
-    "queue.buffering.max.messages": 20000,
-    "batch.size": batch_size,
-})
-pending, failed, fatal = [], [], []
-
-def on_delivery(err, msg):
-    if err is None:
-        pending.append(int(msg.key()))
-    else:
-        failed.append((int(msg.key()), str(err)))
-        if err.fatal():
-            fatal.append(str(err))
-
-def save(out):
-    if pending:
-        out.write("".join(f"{i}\n" for i in pending))
-        out.flush()
-        os.fsync(out.fileno())
-        pending.clear()
-
-produced = 0
-start = time.monotonic()
-filler = b"v" * max(0, value_size - 16)
-with open(acked_path, "a") as out:
-    while not os.path.exists(stop_path) and time.monotonic() - start < max_seconds:
-        try:
-            producer.produce(topic, key=str(produced).encode(), value=f"acked|{produced:08d}|".encode() + filler,
-                             headers=[("seq", str(produced).encode())],
-                             partition=partitions[produced % len(partitions)], on_delivery=on_delivery)
-            produced += 1
-        except BufferError:
-            producer.poll(0.05)
-        if produced % 200 == 0:
-            producer.poll(0)
-        save(out)
-        if fatal:
-            break
-    left = producer.flush(120)
-    save(out)
-print(json.dumps({"produced": produced, "left": left, "failed": len(failed), "failed_sample": failed[:5],
-                  "fatal": fatal}))
-sys.exit(1 if fatal or left or failed else 0)
-'''
-
-
-class AckedProducer:
-    """The script above in its own process (its own GIL and librdkafka), stopped by a flag file."""
-
-    def __init__(self, work_dir: Path, bootstrap: str, topic: str, partitions: Sequence[int],
-                 *, max_seconds: float = 150, value_size: int = 200, batch_size: int = 1_000_000) -> None:
-        work_dir.mkdir(parents=True, exist_ok=True)
-        script = work_dir / "acked_producer.py"
-        script.write_text(ACKED_PRODUCER_SCRIPT)
-        self.acked_path = work_dir / "acked.txt"
-        self.stop_path = work_dir / "stop"
-        self.out_path, self.err_path = work_dir / "producer.out", work_dir / "producer.err"
-        self.partitions = list(partitions)
-        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, str(script), bootstrap, topic, str(self.acked_path), str(self.stop_path),
-                 ",".join(map(str, partitions)), str(max_seconds), str(value_size), str(batch_size)],
-                stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-            )
-
-    def acked(self) -> list[int]:
-        if not self.acked_path.exists():
-            return []
-        return [int(line) for line in self.acked_path.read_text().splitlines() if line.strip()]
-
-    def wait_for_acks(self, count: int, timeout: float) -> int:
-        """Wait until ``count`` ids are acknowledged (or the producer exits); returns how many are."""
-        deadline = time.monotonic() + timeout
-        n = len(self.acked())
-        while time.monotonic() < deadline and n < count and self.proc.poll() is None:
-            time.sleep(0.2)
-            n = len(self.acked())
-        return n
-
-    def stop(self, timeout: float = 150) -> str:
-        """Ask it to stop, wait for its final flush; returns its summary and fails on delivery errors."""
-        self.stop_path.touch()
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-        summary = self.out_path.read_text().strip()
-        assert self.proc.returncode == 0, (
-            f"producer exited {self.proc.returncode}: {summary}\nstderr: {self.err_path.read_text()[-3000:]}"
-        )
-        return summary
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-
-
-def check_acked(received: Sequence[Rec], acked: Sequence[int], partitions: Sequence[int],
-                *, log_start: Mapping[int, int] | None = None) -> str:
-    """Every acknowledged id is stored exactly once, in production order, in its partition, at gapless
-    offsets from the log start; returns a one-line summary for the test output."""
-    problems: list[str] = []
-    by_part: dict[int, list[Rec]] = {}
-    for r in received:
-        by_part.setdefault(r.partition, []).append(r)
-    seen: dict[int, str] = {}
-    dups: list[str] = []
-    for p, recs in sorted(by_part.items()):
-        recs.sort(key=lambda r: r.offset)
-        start = (log_start or {}).get(p, 0)
-        offsets = [r.offset for r in recs]
-        if offsets != list(range(start, start + len(recs))):
-            problems.append(f"p{p}: offsets not gapless from {start}: first {offsets[:3]}, count {len(offsets)}")
-        ids = [seq_of_rec(r) for r in recs]
-        if any(i is None or partitions[i % len(partitions)] != p for i in ids):
-            problems.append(f"p{p}: records with foreign ids")
-        if any(b is not None and a is not None and b <= a for a, b in zip(ids, ids[1:], strict=False)):
-            problems.append(f"p{p}: ids out of order (an idempotent producer keeps order)")
-        for r, i in zip(recs, ids, strict=True):
-            if i is None:
-                continue
-            if i in seen:
-                dups.append(f"id {i} at {seen[i]} and p{p}@{r.offset}")
-            seen[i] = f"p{p}@{r.offset}"
-    missing = sorted(set(acked) - set(seen))
-    if dups:
-        problems.append(f"{len(dups)} duplicates, e.g. {dups[:5]}")
-    if missing:
-        problems.append(f"{len(missing)} acknowledged ids lost, e.g. {missing[:10]}")
-    summary = f"{len(acked)} acked, {len(received)} stored ({len(set(seen) - set(acked))} stored but never acked)"
-    assert not problems, summary + "\n  " + "\n  ".join(problems)
-    return summary
-
-
-def consume_all(bootstrap: str, topic: str, partitions: Sequence[int]) -> list[Rec]:
-    """Everything between each partition's watermarks, read with confluent-kafka."""
-    marks = watermarks(bootstrap, topic, partitions)
-    total = sum(high - low for low, high in marks.values())
-    return confluent_consume(bootstrap, topic, partitions, total, settle=1.0)
 
 
 # ============================================================================ shared broker
@@ -820,19 +647,14 @@ def test_sigkill_during_heavy_produce_keeps_every_acked_record_once(
     producer = AckedProducer(tmp_path / "producer", broker.bootstrap, topic, partitions, max_seconds=150)
     acked_at_kills: list[int] = []
     try:
-        n = producer.wait_for_acks(5_000, timeout=60)
-        assert n >= 5_000, f"only {n} acks before the first kill\n{producer.err_path.read_text()[-2000:]}"
+        producer.expect_acks(5_000, 60, "before the first kill")
         for _ in range(2):
             broker.kill()
             acked_at_kills.append(len(producer.acked()))
             assert not (broker.log_dir / ".kafka_cleanshutdown").exists(), "a SIGKILLed broker left the clean marker"
             time.sleep(0.3)
             broker.start()
-            n = producer.wait_for_acks(acked_at_kills[-1] + 5_000, timeout=90)
-            assert n >= acked_at_kills[-1] + 5_000, (
-                f"no progress after restart: {n} acks, {acked_at_kills[-1]} at the kill\n"
-                f"{producer.err_path.read_text()[-2000:]}"
-            )
+            producer.expect_acks(acked_at_kills[-1] + 5_000, 90, f"no progress after restart ({acked_at_kills[-1]} at the kill)")
         summary = producer.stop()
     finally:
         producer.kill()

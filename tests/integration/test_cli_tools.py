@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from shoal.cli import topics as topics_cli
+from shoal.cli import topic_admin
 from shoal.cli.kafka_client import KafkaClient
 from shoal.cli.main import app
 from tests.support.broker import SRC_DIR, BrokerProcess, Sent, confluent_produce
@@ -163,9 +163,9 @@ def test_diskless_filter_without_metadata_v14(broker: BrokerProcess, topic_name:
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """A broker without Metadata v14 has no IsDiskless: the tool asks DescribeConfigs instead."""
     assert topics(broker, "create", "--topic", topic_name, "--diskless").rc == 0
-    monkeypatch.setitem(topics_cli.VERSIONS, topics_cli.Api.METADATA, (1, 12))
+    monkeypatch.setitem(topic_admin.VERSIONS, topic_admin.Api.METADATA, (1, 12))
     with KafkaClient(broker.bootstrap) as client:
-        admin = topics_cli.TopicAdmin(client, 30_000)
+        admin = topic_admin.TopicAdmin(client, 30_000)
         cluster = admin.topics()
         assert cluster.topics[topic_name].is_diskless is None, "Metadata v12 cannot say"
         assert admin.diskless_flags(cluster, [topic_name]) == {topic_name: True}

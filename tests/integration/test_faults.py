@@ -17,9 +17,6 @@ consumer (the range cache off, so every Fetch reads storage).
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -37,6 +34,7 @@ from shoal.coordinator import faulty as coordinator_faults
 from shoal.objects import faulty as storage_faults
 from shoal.objects.faulty import Fault
 from tests.integration.conftest import BrokerFactory
+from tests.support.acked_producer import AckedProducer, check_acked_ids, id_records, watermarks
 from tests.support.broker import (
     BrokerProcess,
     admin_client,
@@ -47,7 +45,6 @@ from tests.support.broker import (
     create_diskless_topic,
     free_port,
     make_workload,
-    seq_of_rec,
 )
 
 PARTITIONS = 4
@@ -58,83 +55,6 @@ RECOVERY_ACKS = 1000  # acknowledged after the fault is cleared, to prove the pr
 FAULT_S = 4.0  # how long a fault stays on
 WAIT_S = 60.0  # bound of every wait for progress
 COMMIT_INTERVAL_MS = 20  # short segments: a partition's pipelined requests spread over several segments
-
-PRODUCER_SCRIPT = r'''
-"""Produce numbered records, at most `rate`/s and at most `window` unacknowledged at a time (so a slow
-broker makes it wait instead of piling up a queue that times out); append each acknowledged id to a
-file (fsynced)."""
-import collections, json, os, sys, time
-from confluent_kafka import Producer
-
-bootstrap, topic, acked_path, stop_path = sys.argv[1:5]
-partitions, rate, window = int(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
-max_seconds, max_records = float(sys.argv[8]), int(sys.argv[9])
-errors = collections.Counter()
-
-def on_error(err):
-    errors[f"error_cb {err.name()}"] += 1
-    print(f"{time.time():.3f} error_cb: {err}", file=sys.stderr, flush=True)
-
-producer = Producer({
-    "bootstrap.servers": bootstrap,
-    "enable.idempotence": True,
-    "acks": "all",
-    "linger.ms": 5,
-    # Small batches: a partition has several requests in flight, so they spread over several WAL segments
-    # and a failed segment is often followed by one that succeeds (the sequence-gap recovery path).
-    "batch.num.messages": 4,
-    "message.timeout.ms": 60000,
-    "retry.backoff.ms": 100,
-    "retry.backoff.max.ms": 1000,
-    "reconnect.backoff.max.ms": 500,
-    "error_cb": on_error,
-    "debug": "eos",  # idempotence state changes (sequence recovery, epoch bumps) to stderr, for the report
-})
-pending_acks, failed, fatal = [], [], []
-done = 0
-
-def on_delivery(err, msg):
-    global done
-    done += 1
-    if err is None:
-        pending_acks.append(int(msg.key()))
-    else:
-        failed.append((int(msg.key()), str(err)))
-        errors[f"delivery {err.name()}"] += 1
-        if err.fatal():
-            fatal.append(str(err))
-
-def save(out):
-    if pending_acks:
-        out.write("".join(f"{i}\n" for i in pending_acks))
-        out.flush()
-        os.fsync(out.fileno())
-        pending_acks.clear()
-
-produced = 0
-start = time.monotonic()
-with open(acked_path, "a") as out:
-    while not os.path.exists(stop_path) and time.monotonic() - start < max_seconds and produced < max_records:
-        due = min(int((time.monotonic() - start) * rate), done + window)
-        while produced < due:
-            producer.produce(topic, key=str(produced).encode(), value=f"fault|{produced:08d}|".encode() + b"v" * 80,
-                             headers=[("seq", str(produced).encode())], partition=produced % partitions,
-                             on_delivery=on_delivery)
-            produced += 1
-        producer.poll(0.02)
-        save(out)
-        if fatal:
-            break
-    deadline = time.monotonic() + 90
-    while len(producer) and time.monotonic() < deadline:
-        producer.flush(0.5)
-        save(out)
-    left = len(producer)
-print(json.dumps({"produced": produced, "left": left, "failed": len(failed), "failed_sample": failed[:5],
-                  "fatal": fatal, "errors": dict(errors)}))
-sys.exit(1 if fatal or left else 0)
-'''
-
 
 # --------------------------------------------------------------------------------------------- helpers
 
@@ -153,12 +73,6 @@ def metric(samples: Samples, name: str, **labels: str) -> float:
     return sum(v for n, lab, v in samples if n == name and all(lab.get(k) == x for k, x in labels.items()))
 
 
-def read_ids(path: Path) -> list[int]:
-    if not path.exists():
-        return []
-    return [int(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 @dataclass
 class Consumed:
     """What the consumer running throughout the test saw."""
@@ -172,16 +86,16 @@ class Load:
 
     def __init__(self, broker: BrokerProcess, topic: str, work: Path) -> None:
         self.broker, self.topic = broker, topic
-        self.acked_path, self.stop_path = work / "acked.txt", work / "stop"
-        self.out_path, self.err_path = work / "producer.out", work / "producer.err"
-        script = work / "producer.py"
-        script.write_text(PRODUCER_SCRIPT)
-        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, str(script), broker.bootstrap, topic, str(self.acked_path), str(self.stop_path),
-                 str(PARTITIONS), str(RATE), str(WINDOW), "150", "500000"],
-                stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-            )
+        self.producer = AckedProducer(
+            work, broker.bootstrap, topic, PARTITIONS, rate=RATE, window=WINDOW, max_seconds=150,
+            max_records=500_000, label="fault", value_size=95, flush_seconds=90,
+            # Small batches: a partition has several requests in flight, so they spread over several WAL
+            # segments and a failed segment is often followed by one that succeeds (the sequence-gap
+            # recovery path); "eos" debug: idempotence state changes (sequence recovery, epoch bumps)
+            # to stderr, for the report.
+            config={"batch.num.messages": 4, "message.timeout.ms": 60000, "retry.backoff.max.ms": 1000,
+                    "debug": "eos"},
+        )
         self.consumed = Consumed()
         self._stop_consumer = threading.Event()
         self._consumer = threading.Thread(target=self._consume, name="consumer", daemon=True)
@@ -201,39 +115,26 @@ class Load:
             consumer.close()
 
     def acks(self) -> int:
-        return len(read_ids(self.acked_path))
+        return len(self.producer.acked())
 
     def producer_log(self, chars: int = 3000) -> str:
         """The producer's stderr without librdkafka's routine debug lines (sequence recovery kept)."""
-        lines = self.err_path.read_text(errors="replace").splitlines()
+        lines = self.producer.err_path.read_text(errors="replace").splitlines()
         kept = [line for line in lines if not line.startswith("%7|") or "|ERRSEQ|" in line]
         return "\n".join(kept)[-chars:]
 
     def wait_acks(self, count: int, what: str) -> int:
         """Wait until ``count`` ids are acknowledged; fail with the producer's stderr if not."""
-        deadline = time.monotonic() + WAIT_S
-        n = self.acks()
-        while n < count and time.monotonic() < deadline and self.proc.poll() is None:
-            time.sleep(0.2)
-            n = self.acks()
+        n = self.producer.wait_for_acks(count, WAIT_S)
         assert n >= count, (
-            f"{what}: {n} of {count} acks within {WAIT_S}s (producer rc={self.proc.poll()})\n"
+            f"{what}: {n} of {count} acks within {WAIT_S}s (producer rc={self.producer.proc.poll()})\n"
             f"producer stderr: {self.producer_log()}\n{self.broker.log_tail(40)}"
         )
         return n
 
     def stop_producer(self) -> dict[str, Any]:
         """Stop producing, let the producer flush; its summary."""
-        self.stop_path.touch()
-        try:
-            self.proc.wait(120)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(10)
-        text = self.out_path.read_text().strip()
-        summary: dict[str, Any] = json.loads(text.splitlines()[-1]) if text else {}
-        summary["rc"] = self.proc.returncode
-        return summary
+        return self.producer.stop(120, check=False)
 
     def stop_consumer(self, highs: list[int]) -> None:
         """Let the consumer reach the high watermarks ``highs``, then stop it."""
@@ -249,10 +150,7 @@ class Load:
         self._consumer.join(30)
 
     def close(self) -> None:
-        self.stop_path.touch()
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+        self.producer.kill()
         self._stop_consumer.set()
         self._consumer.join(30)
 
@@ -262,49 +160,6 @@ def seq_of_rec_id(msg: Any) -> int | None:
         if name == "seq" and value is not None and value.isdigit():
             return int(value)
     return None
-
-
-def high_watermarks(bootstrap: str, topic: str) -> list[int]:
-    consumer = confluent_consumer(bootstrap)
-    try:
-        return [
-            int(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15, cached=False)[1])
-            for p in range(PARTITIONS)
-        ]
-    finally:
-        consumer.close()
-
-
-def problems_with(records: list[tuple[int, int, int | None]], acked: list[int], what: str) -> list[str]:
-    """Lost acknowledged ids, duplicated ids, offset gaps, order and partition mistakes."""
-    problems: list[str] = []
-    by_part: dict[int, list[tuple[int, int | None]]] = {}
-    for p, o, i in records:
-        by_part.setdefault(p, []).append((o, i))
-    seen: dict[int, str] = {}
-    dups: list[str] = []
-    for p, recs in sorted(by_part.items()):
-        recs.sort()
-        offsets = [o for o, _ in recs]
-        if offsets != list(range(len(recs))):
-            problems.append(f"{what}: p{p}: offsets not gapless from 0 ({len(offsets)} records, last {offsets[-1]})")
-        ids = [i for _, i in recs]
-        if any(i is None or i % PARTITIONS != p for i in ids):
-            problems.append(f"{what}: p{p}: records without an id or of another partition")
-        if any(a is not None and b is not None and b <= a for a, b in zip(ids, ids[1:], strict=False)):
-            problems.append(f"{what}: p{p}: ids out of order (an idempotent producer keeps order)")
-        for o, i in recs:
-            if i is None:
-                continue
-            if i in seen:
-                dups.append(f"id {i} at {seen[i]} and p{p}@{o}")
-            seen[i] = f"p{p}@{o}"
-    if dups:
-        problems.append(f"{what}: {len(dups)} duplicated records, e.g. {dups[:5]}")
-    missing = sorted(set(acked) - set(seen))
-    if missing:
-        problems.append(f"{what}: {len(missing)} acknowledged ids lost, e.g. {missing[:10]}")
-    return problems
 
 
 @dataclass
@@ -344,21 +199,22 @@ def run_fault_case(broker: BrokerProcess, metrics_port: int, case: FaultCase, wo
         assert summary["rc"] == 0 and not summary.get("fatal") and summary.get("failed") == 0, (
             f"{case.describe}: producer {summary}\nstderr: {load.producer_log()}\n{broker.log_tail(40)}"
         )
-        highs = high_watermarks(broker.bootstrap, topic)
+        highs = [high for _, high in watermarks(broker.bootstrap, topic, range(PARTITIONS)).values()]
         load.stop_consumer(highs)
     finally:
         load.close()
     assert broker.is_running(), f"broker died: {broker.log_tail(60)}"
     assert topic in admin_client(broker.bootstrap).list_topics(timeout=10).topics  # Metadata still served
-    acked = read_ids(load.acked_path)
-    assert len(acked) == len(set(acked)), "the client acknowledged an id twice (test bug)"
+    acked = load.producer.acked()
     total = sum(highs)
-    problems = problems_with(load.consumed.records, acked, "consumer running throughout")
+    throughout = check_acked_ids(load.consumed.records, acked, range(PARTITIONS))
     fresh = confluent_consume(broker.bootstrap, topic, range(PARTITIONS), total, timeout=WAIT_S, settle=0.5)
-    problems += problems_with([(r.partition, r.offset, seq_of_rec(r)) for r in fresh], acked, "fresh read")
-    stored_not_acked = len({i for _, _, i in load.consumed.records} - set(acked))
+    fresh_check = check_acked_ids(id_records(fresh), acked, range(PARTITIONS))
+    problems = [f"consumer running throughout: {p}" for p in throughout.problems]
+    problems += [f"fresh read: {p}" for p in fresh_check.problems]
+    stored_not_acked = throughout.stored_not_acked
     after = scrape(metrics_port)
-    debug = load.err_path.read_text(errors="replace")
+    debug = load.producer.err_path.read_text(errors="replace")
     report = (
         f"{case.describe}: {len(acked)} acked ({acks_in_fault} while the fault was on), {total} in the topic, "
         f"{stored_not_acked} stored but never acknowledged; producer errors {summary.get('errors')}, "

@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from shoal.cli.groups import parse_datetime_ms, parse_duration_ms, parse_states, parse_topic_specs
+from shoal.cli.group_describe import parse_states
+from shoal.cli.group_reset import parse_datetime_ms, parse_duration_ms, parse_topic_specs
 from tests.support.broker import SRC_DIR, BrokerProcess, Sent, confluent_produce, create_diskless_topic
 
 # The broker's default initial rebalance delay (3 s) only slows the first join down.

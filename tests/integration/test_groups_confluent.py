@@ -1,7 +1,7 @@
 """Consumer groups (the classic protocol) through confluent-kafka / librdkafka 2.16.
 
-Group members run in their own processes (tests/integration/group_helpers.py run as a
-script) so one can be SIGKILLed; each writes what it was assigned, every record it processed
+Group members run in their own processes (tests/support/groups_confluent.py run as a
+module) so one can be SIGKILLed; each writes what it was assigned, every record it processed
 and every commit that succeeded to its own log, and commits synchronously after each batch.
 """
 
@@ -15,21 +15,7 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_INVALID, KafkaError, KafkaException, TopicPartition
 
-from tests.integration.group_helpers import (
-    FAST_GROUP_OVERRIDES,
-    BackgroundProducer,
-    BrokerFactory,
-    ConfluentConsumerProcess,
-    balanced,
-    check_group_consumption,
-    confluent_committed,
-    describe_processes,
-    end_offsets,
-    expected_from_sent,
-    last_commits,
-    merge_expected,
-    wait_until,
-)
+from tests.integration.conftest import BrokerFactory
 from tests.support.broker import (
     BrokerProcess,
     admin_client,
@@ -38,6 +24,22 @@ from tests.support.broker import (
     confluent_produce,
     create_diskless_topic,
     make_workload,
+)
+from tests.support.groups import (
+    FAST_GROUP_OVERRIDES,
+    balanced,
+    check_group_consumption,
+    end_offsets,
+    expected_from_sent,
+    last_commits,
+    merge_expected,
+    wait_until,
+)
+from tests.support.groups_confluent import (
+    BackgroundProducer,
+    ConfluentConsumerProcess,
+    confluent_committed,
+    describe_processes,
 )
 
 

@@ -7,81 +7,41 @@ rejoin, so two members can't share one polling thread) and records what it did i
 
 from __future__ import annotations
 
+import asyncio
 import threading
-import time
 import uuid
-from typing import Any
 
 import pytest
 from kafka import ConsumerRebalanceListener, KafkaConsumer, OffsetAndMetadata, TopicPartition
 from kafka.errors import KafkaError, KafkaTimeoutError, UnknownTopicOrPartitionError
 
-from tests.integration.group_helpers import (
-    FAST_GROUP_OVERRIDES,
-    BrokerFactory,
-    ConsumerLog,
-    EventRecorder,
-    balanced,
-    check_group_consumption,
-    describe_logs,
-    end_offsets,
-    expected_from_sent,
-    last_commits,
-    merge_expected,
-    wait_until,
-)
+from tests.integration.conftest import BrokerFactory
 from tests.support.broker import confluent_consume, confluent_produce, create_diskless_topic, make_workload
+from tests.support.groups import FAST_GROUP_OVERRIDES
+from tests.support.groups_in_process import (
+    InProcessMember,
+    RecordingListener,
+    split_leave_takeover_and_resume,
+)
 
 SESSION_TIMEOUT_MS = 10000
 
 
-def _seq(headers: Any) -> int:
-    for key, value in headers or ():
-        if key == "seq" and value is not None:
-            return int(value)
-    return -1
+class _Listener(RecordingListener, ConsumerRebalanceListener):
+    pass
 
 
-class _Listener(ConsumerRebalanceListener):
-    def __init__(self, rec: EventRecorder) -> None:
-        self.rec = rec
-
-    def on_partitions_revoked(self, revoked: Any) -> None:
-        self.rec.revoked(tp.partition for tp in revoked)
-
-    def on_partitions_assigned(self, assigned: Any) -> None:
-        self.rec.assigned(tp.partition for tp in assigned)
-
-    def on_partitions_lost(self, lost: Any) -> None:
-        self.rec.lost(tp.partition for tp in lost)
-
-
-class Member(threading.Thread):
+class Member(InProcessMember, threading.Thread):
     """A kafka-python group member: subscribe, poll, process, commit synchronously."""
 
     def __init__(self, name: str, bootstrap: str, topic: str, group: str) -> None:
-        super().__init__(name=f"member-{name}", daemon=True)
-        self.member_name, self.bootstrap, self.topic, self.group = name, bootstrap, topic, group
-        self.rec = EventRecorder()
+        threading.Thread.__init__(self, name=f"member-{name}", daemon=True)
+        InProcessMember.__init__(self, name, bootstrap, topic, group, session_timeout_ms=SESSION_TIMEOUT_MS)
         self.stopping = threading.Event()
-        self.crash: BaseException | None = None
-
-    def log(self) -> ConsumerLog:
-        return ConsumerLog(self.member_name, self.rec.events())
 
     def run(self) -> None:
         try:
-            consumer = KafkaConsumer(
-                bootstrap_servers=self.bootstrap,
-                client_id=self.member_name,
-                group_id=self.group,
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",
-                session_timeout_ms=SESSION_TIMEOUT_MS,
-                heartbeat_interval_ms=1000,
-                max_poll_records=100,
-                request_timeout_ms=30000,
-            )
+            consumer = KafkaConsumer(**self.consumer_config(), max_poll_records=100)
         except BaseException as exc:
             self.crash = exc
             return
@@ -97,19 +57,16 @@ class Member(threading.Thread):
             self.rec.add("S", text="subscribed")
             while not self.stopping.is_set():
                 batch = consumer.poll(timeout_ms=1000)  # long enough for a join to finish inside it
-                offsets: dict[TopicPartition, OffsetAndMetadata] = {}
-                for tp, records in batch.items():
-                    for r in records:
-                        self.rec.processed(r.partition, r.offset, _seq(r.headers))
-                        offsets[tp] = OffsetAndMetadata(r.offset + 1, "", -1)
+                offsets = self.processed(batch)
                 if offsets:
                     try:
-                        consumer.commit(offsets, timeout_ms=30000)
+                        consumer.commit(
+                            {tp: OffsetAndMetadata(o, "", -1) for tp, o in offsets.items()}, timeout_ms=30000
+                        )
                     except KafkaError as exc:
                         self.rec.error(f"commit failed: {exc!r}")
                     else:
-                        for tp, om in offsets.items():
-                            self.rec.committed(tp.partition, om.offset)
+                        self.committed(offsets)
         except BaseException as exc:
             self.crash = exc
             self.rec.error(f"crashed: {exc!r}")
@@ -120,94 +77,44 @@ class Member(threading.Thread):
                 self.crash = self.crash or exc
             self.rec.add("X", text="closed")
 
-    def stop(self, timeout: float = 60.0) -> None:
+    async def stop(self, timeout: float = 60.0) -> None:
         self.stopping.set()
-        self.join(timeout)
+        await asyncio.to_thread(self.join, timeout)
         assert not self.is_alive(), (
             f"{self.member_name} did not close within {timeout}s\n{self.log().summary()}"
         )
         assert self.crash is None, f"{self.member_name} crashed: {self.crash!r}"
 
+    async def halt(self) -> None:
+        self.stopping.set()
+        if self.is_alive():
+            await asyncio.to_thread(self.join, 30)
 
-@pytest.mark.timeout(300)
-def test_kafka_python_group_split_leave_takeover_and_resume(
-    broker_factory: BrokerFactory, topic_name: str
-) -> None:
-    """Two members split 4 partitions; one closes (LeaveGroup) and the other takes all four and
-    processes what is produced next; a fresh member resumes exactly from the committed offsets.
-    Every record is processed exactly once."""
-    partitions = 4
-    broker = broker_factory(overrides=FAST_GROUP_OVERRIDES)
-    create_diskless_topic(broker.bootstrap, topic_name, partitions=partitions)
-    group = f"grp-{topic_name}"
-    sent1 = make_workload(1000, partitions, "kp1", seed=21, null_headers=False)
-    confluent_produce(broker.bootstrap, topic_name, sent1)
-    expected = expected_from_sent(sent1)
 
-    c1 = Member("c1", broker.bootstrap, topic_name, group)
-    c2 = Member("c2", broker.bootstrap, topic_name, group)
-    c3 = Member("c3", broker.bootstrap, topic_name, group)
-    everyone = [c1, c2, c3]
+async def read_committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int | None]:
+    """The group's committed offsets, read by kafka-python itself from outside the group."""
 
-    def describe() -> str:
-        return describe_logs(m.log() for m in everyone) + "".join(
-            f"\n  {m.member_name} crashed: {m.crash!r}" for m in everyone if m.crash
-        )
-
-    try:
-        c1.start()
-        c2.start()
-        wait_until(
-            lambda: balanced([c1.log(), c2.log()], partitions, each=2), 90, "c1 and c2 with 2 each", describe
-        )
-        ends = end_offsets(expected, partitions)
-        wait_until(lambda: last_commits([c1.log(), c2.log()]) == ends, 60, f"committing {ends}", describe)
-
-        c1.stop()
-        left = time.monotonic()
-        took = wait_until(
-            lambda: c2.log().assignment == set(range(partitions)),
-            SESSION_TIMEOUT_MS / 1000 + 30,
-            "c2 taking every partition after c1 left",
-            describe,
-        )
-        print(f"\ntakeover {took:.1f}s after c1 closed")
-        sent2 = make_workload(1000, partitions, "kp2", seed=22, null_headers=False, first_seq=len(sent1))
-        confluent_produce(broker.bootstrap, topic_name, sent2)
-        expected = merge_expected(expected, expected_from_sent(sent2, ends))
-        ends = end_offsets(expected, partitions)
-        wait_until(lambda: last_commits([c2.log()]) == ends, 60, f"c2 committing {ends}", describe)
-        assert {ev.partition for ev in c2.log().processed if ev.t > left} == set(range(partitions))
-        c2.stop()
-
-        # The committed offsets, read by kafka-python itself from outside the group.
-        reader = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=group, enable_auto_commit=False)
+    def read() -> dict[int, int | None]:
+        reader = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
         try:
-            committed = {
-                p: reader.committed(TopicPartition(topic_name, p), timeout_ms=30000)
-                for p in range(partitions)
-            }
+            return {p: reader.committed(TopicPartition(topic, p), timeout_ms=30000) for p in range(partitions)}
         finally:
             reader.close(autocommit=False)
-        assert committed == ends
 
-        sent3 = make_workload(
-            1000, partitions, "kp3", seed=23, null_headers=False, first_seq=len(sent1) + len(sent2)
-        )
-        confluent_produce(broker.bootstrap, topic_name, sent3)
-        expected = merge_expected(expected, expected_from_sent(sent3, ends))
-        ends = end_offsets(expected, partitions)
-        c3.start()
-        wait_until(lambda: last_commits([c3.log()]) == ends, 90, f"fresh c3 committing {ends}", describe)
-        c3.stop()
-        counts = check_group_consumption([m.log() for m in everyone], expected, allow_duplicates=False)
-        print(f"consumption: {counts}")
-    finally:
-        for m in everyone:
-            m.stopping.set()
-        for m in everyone:
-            if m.is_alive():
-                m.join(30)
+    return await asyncio.to_thread(read)
+
+
+@pytest.mark.timeout(300)
+async def test_kafka_python_group_split_leave_takeover_and_resume(
+    broker_factory: BrokerFactory, topic_name: str
+) -> None:
+    """The scenario of tests/support/groups_in_process.py with kafka-python members: two split 4
+    partitions, one closes (LeaveGroup), the other takes over, a fresh one resumes from the commits;
+    every record processed exactly once."""
+    await split_leave_takeover_and_resume(
+        broker_factory, topic_name, Member, read_committed,
+        session_timeout_ms=SESSION_TIMEOUT_MS, label="kp", seed=21, null_headers=False,
+    )  # fmt: skip
 
 
 @pytest.mark.timeout(180)

@@ -4,7 +4,7 @@ What an operator sees is checked the way an operator sees it: ``shoal log-dirs d
 (DescribeLogDirs), ``shoal topics describe`` (Metadata's offline replicas), the Prometheus
 ``/metrics`` page (Kafka's OfflineLogDirectoryCount / OfflineReplicaCount), and clients getting
 KAFKA_STORAGE_ERROR for the partitions of the failed dir. A dir failing at run time is a FUSE
-pass-through (``shared/tools/failfs.py`` beside the repository) that answers EIO once a flag file exists.
+pass-through (tests/support/failfs.py, the ``failing_disk`` fixture) that answers EIO once told to.
 
 The metadata (shoal.db) lives in its own ``metadata.log.dir``: by default it would sit in the
 first log dir, and these tests are about losing log dirs, not the metadata.
@@ -13,13 +13,9 @@ first log dir, and these tests are about losing log dirs, not the metadata.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +23,6 @@ import pytest
 
 from tests.integration.test_classic_topics import (
     KAFKA_STORAGE_ERROR,
-    AckedProducer,
-    check_acked,
-    consume_all,
     create_classic_topic,
     partition_dirs,
     run_shoal,
@@ -39,6 +32,7 @@ from tests.integration.test_classic_topics import (
     wire_offline_replicas,
     wire_produce,
 )
+from tests.support.acked_producer import AckedProducer, check_acked, consume_all
 from tests.support.broker import (
     BrokerProcess,
     check_records,
@@ -47,8 +41,8 @@ from tests.support.broker import (
     free_port,
     make_workload,
 )
+from tests.support.failfs import FailingDisk
 
-FAILFS = Path(os.environ.get("SHOAL_FAILFS") or Path(__file__).resolve().parents[3] / "shared" / "tools" / "failfs.py")
 STORAGE_EXCEPTION = "org.apache.kafka.common.errors.KafkaStorageException"  # what kafka-log-dirs.sh prints
 
 
@@ -153,84 +147,6 @@ def split_by_dir(where: dict[int, str], log_dir: Path) -> tuple[list[int], list[
     return inside, sorted(p for p in where if p not in inside)
 
 
-# ------------------------------------------------------------------------------------ failfs
-
-
-class FailFs:
-    """A failfs mount (a disk that can die at run time). ``close`` unmounts even after a failure,
-    stopping first whatever was registered in ``before_unmount`` (the broker using it)."""
-
-    def __init__(self, root: Path) -> None:
-        self.backing = root / "backing"
-        self.mount_point = root / "disk-b"
-        self.flag = root / "fail-now"
-        self.log = root / "failfs.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.before_unmount: list[Callable[[], object]] = []
-
-    def mount(self) -> None:
-        if not os.path.exists("/dev/fuse"):
-            pytest.skip("/dev/fuse is not available: cannot fail a log dir at run time")
-        if not FAILFS.exists():
-            pytest.skip(f"{FAILFS} is missing")
-        if shutil.which("fusermount") is None and shutil.which("fusermount3") is None:
-            pytest.skip("fusermount is not installed (Debian package fuse3)")
-        self.backing.mkdir(parents=True)
-        self.mount_point.mkdir(parents=True)
-        with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, str(FAILFS), str(self.backing), str(self.mount_point), str(self.flag)],
-                stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
-            )
-        deadline = time.monotonic() + 20
-        while not os.path.ismount(self.mount_point):
-            if self.proc.poll() is not None:
-                pytest.skip(f"FUSE mounting is unavailable: failfs exited {self.proc.returncode}: "
-                            f"{self.log.read_text()[-1000:]}")
-            if time.monotonic() > deadline:
-                pytest.skip(f"FUSE mounting is unavailable: no mount after 20 s: {self.log.read_text()[-1000:]}")
-            time.sleep(0.05)
-
-    def fail(self) -> None:
-        """From now on every operation under the mount point answers EIO."""
-        self.flag.touch()
-
-    def unmount(self) -> None:
-        """Unmount (lazily if something still holds it open) and wait for the daemon to exit."""
-        self.flag.unlink(missing_ok=True)
-        if os.path.ismount(self.mount_point):
-            for cmd in (["fusermount", "-u"], ["fusermount3", "-u"], ["fusermount", "-uz"], ["fusermount3", "-uz"]):
-                if shutil.which(cmd[0]) is None:
-                    continue
-                subprocess.run([*cmd, str(self.mount_point)], capture_output=True, timeout=30)
-                if not os.path.ismount(self.mount_point):
-                    break
-        if self.proc is not None:
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        assert not os.path.ismount(self.mount_point), f"{self.mount_point} is still mounted"
-
-    def close(self) -> None:
-        for stop in self.before_unmount:
-            try:
-                stop()
-            except Exception as exc:  # teardown must go on to the unmount
-                print(f"teardown: {exc}", file=sys.stderr)
-        self.unmount()
-
-
-@pytest.fixture
-def failfs(tmp_path: Path) -> Iterator[FailFs]:
-    fs = FailFs(tmp_path / "failfs")
-    try:
-        yield fs
-    finally:
-        fs.close()
-
-
 # ------------------------------------------------------------------------------------ tests
 
 
@@ -287,7 +203,7 @@ def test_log_dir_that_is_a_file_at_startup(broker_factory: Any, topic_name: str,
 
 @pytest.mark.timeout(300)
 def test_log_dir_failing_at_run_time_then_replaced_and_reset(
-    failfs: FailFs, broker_factory: Any, topic_name: str, tmp_path: Path
+    failing_disk: FailingDisk, broker_factory: Any, topic_name: str, tmp_path: Path
 ) -> None:
     """A log dir on a disk that starts answering EIO under load. The broker stays up; the other
     dir's partitions keep taking an idempotent producer's records and serving them, with nothing
@@ -295,11 +211,10 @@ def test_log_dir_failing_at_run_time_then_replaced_and_reset(
     The disk is then replaced by an empty one: at restart its partitions stay offline (never
     re-created empty behind the operator's back) until ``shoal log-dirs reset``, after which
     they are served again, empty."""
-    failfs.mount()
-    disk_a, disk_b = tmp_path / "disk-a", failfs.mount_point
+    disk_a, disk_b = tmp_path / "disk-a", failing_disk.mount_point
     metrics_port = free_port()
     broker = jbod_broker(broker_factory, tmp_path, [disk_a, disk_b], metrics_port)
-    failfs.before_unmount.append(broker.close)
+    failing_disk.before_unmount.append(broker.close)
     create_classic_topic(broker.bootstrap, topic_name, 4)
     on_b, on_a = split_by_dir(placement(broker.bootstrap, topic_name), disk_b)
     assert on_a and on_b, f"partitions not spread over both dirs: a {on_a}, b {on_b}"
@@ -308,8 +223,8 @@ def test_log_dir_failing_at_run_time_then_replaced_and_reset(
 
     producer = AckedProducer(tmp_path / "producer", broker.bootstrap, topic_name, on_a, max_seconds=200)
     try:
-        assert producer.wait_for_acks(3_000, timeout=60) >= 3_000, producer.err_path.read_text()[-2000:]
-        failfs.fail()
+        producer.expect_acks(3_000, 60, "before the failure")
+        failing_disk.fail()
         # The broker learns of the failure at its next I/O there: a produce to one of its partitions.
         wait_until(
             "the failed dir's partitions answering KAFKA_STORAGE_ERROR",
@@ -318,11 +233,7 @@ def test_log_dir_failing_at_run_time_then_replaced_and_reset(
             timeout=30,
         )
         at_failure = len(producer.acked())
-        after = producer.wait_for_acks(at_failure + 3_000, timeout=60)
-        assert after >= at_failure + 3_000, (
-            f"the healthy dir stopped taking records: {after} acks, {at_failure} at the failure\n"
-            f"{producer.err_path.read_text()[-2000:]}"
-        )
+        producer.expect_acks(at_failure + 3_000, 60, f"the healthy dir stopped taking records ({at_failure} at the failure)")
         assert broker.is_running(), "the broker stopped when one of its two log dirs failed"
         assert storage_errors(broker.port, topic_name, on_b) == dict.fromkeys(on_b, (KAFKA_STORAGE_ERROR,) * 3)
         assert wire_offline_replicas(broker.port, topic_name) == dict.fromkeys(on_b, (1,))
@@ -339,7 +250,7 @@ def test_log_dir_failing_at_run_time_then_replaced_and_reset(
     # The disk is replaced: the broker is stopped, the dead disk unmounted, an empty one in its place.
     rc = broker.stop()
     assert rc == 0, f"the broker did not stop cleanly with a failed log dir: exit {rc}\n{broker.log_tail()}"
-    failfs.unmount()
+    failing_disk.unmount()
     assert disk_b.is_dir() and not any(disk_b.iterdir()), "the replacement disk is not empty"
     broker.start()
     assert storage_errors(broker.port, topic_name, on_b) == dict.fromkeys(on_b, (KAFKA_STORAGE_ERROR,) * 3)
@@ -391,15 +302,15 @@ def test_move_partition_between_log_dirs_while_producing(broker_factory: Any, to
     unknown = run_shoal("log-dirs", "describe", "--bootstrap-server", broker.bootstrap, "--broker-list", "1,7")
     assert unknown.returncode == 1 and "do not exist from --broker-list: 7" in unknown.stderr, unknown
     producer = AckedProducer(tmp_path / "producer", broker.bootstrap, topic_name, [0], max_seconds=150,
-                             batch_size=64 * 1024)  # batches must fit in a 256 KiB segment
+                             config={"batch.size": 64 * 1024})  # batches must fit in a 256 KiB segment
     try:
-        assert producer.wait_for_acks(5_000, timeout=60) >= 5_000, producer.err_path.read_text()[-2000:]
+        producer.expect_acks(5_000, 60, "before the move")
         moved = run_shoal("log-dirs", "move", "--bootstrap-server", broker.bootstrap, "--topic", topic_name,
                           "--partition", "0", "--dir", str(dest), "--wait", "--timeout", "60000", timeout=90)
         assert moved.returncode == 0, f"move exited {moved.returncode}: {moved.stdout}{moved.stderr}"
         assert f"Moved {topic_name}-0 to {dest} on broker 1." in moved.stdout
         n = len(producer.acked())
-        assert producer.wait_for_acks(n + 3_000, timeout=60) >= n + 3_000, producer.err_path.read_text()[-2000:]
+        producer.expect_acks(n + 3_000, 60, "after the move")
         summary = producer.stop()
     finally:
         producer.kill()

@@ -32,14 +32,15 @@ from shoal.coordinator.api import (
     ObjectCandidate,
     TopicIdPartition,
 )
-from shoal.coordinator.sqlite import SqliteBatchCoordinator
-from shoal.diskless.wal import build_segment, iter_segment
 from shoal.objects.local import LocalObjectStorage
 from shoal.pipeline.compaction_plan import plan_outputs
 from shoal.pipeline.compaction_task import TaskSettings, compact_output, verify_batch
+from shoal.pipeline.stores import find_store_config
 from shoal.records.batch import read_header
 from shoal.records.codec import build_batch
 from shoal.records.types import TimestampType
+from shoal.records.wal import build_segment, iter_segment
+from shoal.store.sqlite.coordinator import SqliteBatchCoordinator
 from tests.pipeline.helpers import new_topic, rows_from_consumer
 from tests.support.broker import BrokerProcess, Rec, confluent_consume, make_workload, rec_from_confluent
 
@@ -132,7 +133,7 @@ def _read_all(db: Path, storage_url: str, ends: dict[int, int]) -> dict[int, lis
     from shoal.pipeline.topics import STORAGE, PartitionSource
 
     out: dict[int, list[Any]] = {}
-    with DisklessRangeReader(str(db), storage_url) as reader:
+    with DisklessRangeReader(find_store_config(metadata_path=str(db)), storage_url) as reader:
         for p, end in ends.items():
             src = PartitionSource("orders", p, str(TOPIC_ID), STORAGE)
             start, _ = reader.bounds(src)
@@ -168,7 +169,7 @@ def test_task_rewrites_live_batches_and_leaves_gone_and_corrupt_ones(tmp_path: P
     data[-3] ^= 0xFF
     bad_path.write_bytes(bytes(data))
 
-    result = compact_output(output, TaskSettings(str(db), str(objects), 60_000))
+    result = compact_output(output, TaskSettings(find_store_config(metadata_path=str(db)), str(objects), 60_000))
     assert result.missing_objects == ["wal/gone"]
     assert len(result.corrupt) == 1 and "CRC" in result.corrupt[0] and "wal/bad" in result.corrupt[0]
     assert (result.planned, result.moved, result.skipped) == (7, 5, 2)
@@ -212,7 +213,7 @@ def test_task_drops_an_upload_it_could_register_too_late(tmp_path: Path) -> None
     (output,) = plan_outputs(
         [_candidate(k, 1, 0) for k in keys], coord.list_object_batches(keys), 1 << 20
     ).outputs
-    result = compact_output(output, TaskSettings(str(db), str(objects), 0))
+    result = compact_output(output, TaskSettings(find_store_config(metadata_path=str(db)), str(objects), 0))
     assert result.abandoned and result.moved == 0
     assert sorted(p.name for p in (objects / "wal").iterdir()) == ["a", "b"]  # the upload is gone again
     assert {b.object_key for b in coord.list_object_batches(keys)["wal/a"]} == {"wal/a"}
@@ -247,9 +248,9 @@ def _db(broker: BrokerProcess) -> Path:
 
 
 def _topic_id(broker: BrokerProcess, topic: str) -> uuid.UUID:
-    from shoal.pipeline.topics import load_image
+    from shoal.pipeline.stores import load_image
 
-    return load_image(str(_db(broker))).topics_by_name[topic].topic_id
+    return load_image(find_store_config(metadata_path=str(_db(broker)))).topics_by_name[topic].topic_id
 
 
 def _query(broker: BrokerProcess, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -548,7 +549,7 @@ def test_batches_deleted_by_retention_during_compaction_stay_deleted(
     expiring_id = _topic_id(broker, expiring)
 
     options = CompactionOptions(target_bytes=64 * 1024, min_age_ms=0)
-    plan = plan_compaction(str(_db(broker)), options)
+    plan = plan_compaction(find_store_config(metadata_path=str(_db(broker))), options)
     planned_expiring = [b for o in plan.outputs for b in o.batches if b.topic_id == expiring_id.bytes]
     assert len(planned_expiring) >= 40
 
@@ -570,7 +571,7 @@ def test_batches_deleted_by_retention_during_compaction_stay_deleted(
     assert broker.objects_dir is not None
     _wait(lambda: not any((broker.objects_dir / k).exists() for k in alone), 20, "the cleaner")
 
-    result = compact(spark, str(_db(broker)), broker.storage_url, options, plan=plan)
+    result = compact(spark, find_store_config(metadata_path=str(_db(broker))), broker.storage_url, options, plan=plan)
     assert result.batches_skipped >= len(planned_expiring)
     assert set(result.missing_objects) == alone
     assert result.batches_moved == result.plan["planned_batches"] - result.batches_skipped > 0

@@ -16,7 +16,6 @@ from shoal.coordinator.api import (
     DeleteRecordsRequest,
     TopicIdPartition,
 )
-from shoal.coordinator.sqlite import SqliteBatchCoordinator
 from shoal.objects.local import LocalObjectStorage
 from shoal.pipeline.options import (
     OffsetSpec,
@@ -26,8 +25,10 @@ from shoal.pipeline.options import (
     parse_read_options,
     parse_write_options,
 )
+from shoal.pipeline.stores import find_store_config
 from shoal.records.codec import build_batch, build_control_batch
 from shoal.records.types import TimestampType
+from shoal.store.sqlite.coordinator import SqliteBatchCoordinator
 
 TOPIC_ID = uuid.UUID("12345678-1234-5678-1234-567812345678")
 BASE = {"shoal.metadata.path": "/x/shoal.db", "shoal.storage.url": "/x/objects"}
@@ -199,7 +200,7 @@ def test_storage_reader_decodes_every_codec_with_real_offsets(tmp_path: Path) ->
     src0 = PartitionSource("orders", 0, str(TOPIC_ID), STORAGE)
     src1 = PartitionSource("orders", 1, str(TOPIC_ID), STORAGE)
     with DisklessRangeReader(
-        str(tmp_path / "shoal.db"), str(tmp_path / "objects"), chunk_bytes=300
+        find_store_config(metadata_path=str(tmp_path / "shoal.db")), str(tmp_path / "objects"), chunk_bytes=300
     ) as reader:
         assert reader.bounds(src0) == (0, 51)
         got = [r for chunk in reader.read(src0, 3, 51) for r in chunk]
@@ -228,7 +229,7 @@ def test_storage_reader_data_loss_and_corruption(tmp_path: Path) -> None:
     coord.close()
     src = PartitionSource("orders", 0, str(TOPIC_ID), STORAGE)
     db = str(tmp_path / "shoal.db")
-    with DisklessRangeReader(db, str(tmp_path / "objects")) as reader:
+    with DisklessRangeReader(find_store_config(metadata_path=db), str(tmp_path / "objects")) as reader:
         with pytest.raises(DataLossError, match="failOnDataLoss"):
             list(reader.read(src, 0, 20))
         assert [r[0] for c in reader.read(src, 0, 20, fail_on_data_loss=False) for r in c] == list(
@@ -238,7 +239,7 @@ def test_storage_reader_data_loss_and_corruption(tmp_path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[-1] ^= 0xFF
     path.write_bytes(bytes(data))
-    with DisklessRangeReader(db, str(tmp_path / "objects")) as reader, pytest.raises(KafkaError, match="CRC"):
+    with DisklessRangeReader(find_store_config(metadata_path=db), str(tmp_path / "objects")) as reader, pytest.raises(KafkaError, match="CRC"):
         list(reader.read(src, 10, 20))
 
 
@@ -257,19 +258,19 @@ def test_planning_cuts_at_batch_boundaries_by_size(tmp_path: Path) -> None:
         [src],
         {src.tp: 5},
         {src.tp: 60},
-        metadata_path=db,
+        store=find_store_config(metadata_path=db),
         max_partition_bytes=2 * len(raw),
         min_partitions=None,
     )
     assert [(r.start, r.end) for r in ranges] == [(5, 20), (20, 40), (40, 60)]
     assert all(r.size == 2 * len(raw) for r in ranges)
     ranges = plan_ranges(
-        [src], {src.tp: 0}, {src.tp: 60}, metadata_path=db, max_partition_bytes=1 << 30, min_partitions=4
+        [src], {src.tp: 0}, {src.tp: 60}, store=find_store_config(metadata_path=db), max_partition_bytes=1 << 30, min_partitions=4
     )
     assert [(r.start, r.end) for r in ranges] == [(0, 15), (15, 30), (30, 45), (45, 60)]
     other = PartitionSource("classic", 0, None, BROKER)
     ranges = plan_ranges(
-        [other], {other.tp: 0}, {other.tp: 3}, metadata_path=None, max_partition_bytes=1, min_partitions=5
+        [other], {other.tp: 0}, {other.tp: 3}, store=None, max_partition_bytes=1, min_partitions=5
     )
     assert [(r.start, r.end) for r in ranges] == [(0, 1), (1, 2), (2, 3)]
 

@@ -29,6 +29,14 @@ HOST = "127.0.0.1"
 DEFAULT_START_TIMEOUT = 30.0
 
 
+def support_module_env() -> dict[str, str]:
+    """The environment of a helper process run as ``python -m tests.support.<module>``: the repo root
+    importable, whatever the test run's working directory."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
 def free_port() -> int:
     """A loopback port nobody listens on right now (the kernel picks it, so parallel runs don't clash)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -1,19 +1,12 @@
 """A log dir whose disk dies at run time (EIO from every operation, open files included).
 
-Uses ``shared/tools/failfs.py`` (FUSE; needs /dev/fuse, Debian ``fuse3 libfuse2`` and PyPI
-``fusepy``); skipped where it cannot mount.
+The disk is tests/support/failfs.py (FUSE), through the ``failing_disk`` fixture of
+tests/conftest.py: skipped only where FUSE itself is unavailable.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import shutil
-import subprocess
-import sys
-import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,52 +14,14 @@ import pytest
 from shoal.classic.log import PartitionLog
 from shoal.classic.log_config import LogConfig
 from shoal.classic.log_dirs import describe_log_dirs
-from shoal.classic.log_manager import LogDirFailureEvent, LogManager
+from shoal.classic.log_manager import LogManager
+from shoal.classic.log_manager_failures import LogDirFailureEvent
 from shoal.protocol.errors import ErrorCode, KafkaError
 from shoal.records.batch import validate_records
 from shoal.records.codec import build_batch, decode_batch, iter_batches
+from tests.support.failfs import FailingDisk
 
-FAILFS = Path(__file__).resolve().parents[3] / "shared" / "tools" / "failfs.py"
 TOPIC_ID = uuid.UUID("3a0b0c0d-0e0f-4a1b-8c2d-3e4f5a6b7c8d")
-
-
-def _fusermount() -> str | None:
-    return shutil.which("fusermount") or shutil.which("fusermount3")
-
-
-@pytest.fixture()
-def failing_dir(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
-    """A FUSE mount that fails with EIO while the flag file exists."""
-    unmount = _fusermount()
-    if not FAILFS.exists() or not os.path.exists("/dev/fuse") or unmount is None:
-        pytest.skip("failfs needs shared/tools/failfs.py, /dev/fuse and fusermount")
-    if importlib.util.find_spec("fuse") is None:
-        pytest.skip("failfs needs the fusepy package")
-    backing, mount, flag = tmp_path / "backing", tmp_path / "mnt", tmp_path / "flag"
-    backing.mkdir()
-    mount.mkdir()
-    proc = subprocess.Popen(
-        [sys.executable, str(FAILFS), str(backing), str(mount), str(flag)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    deadline = time.monotonic() + 10
-    while not os.path.ismount(mount):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-            pytest.skip(f"failfs could not mount: {err.strip()[-300:]}")
-        time.sleep(0.05)
-    try:
-        yield mount, flag
-    finally:
-        flag.unlink(missing_ok=True)
-        subprocess.run([unmount, "-u", str(mount)], check=False, capture_output=True)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def append(log: PartitionLog, value: bytes) -> int:
@@ -83,8 +38,8 @@ def values(log: PartitionLog) -> list[bytes | None]:
     ]
 
 
-def test_disk_dies_at_run_time(failing_dir: tuple[Path, Path], tmp_path: Path) -> None:
-    mount, flag = failing_dir
+def test_disk_dies_at_run_time(failing_disk: FailingDisk, tmp_path: Path) -> None:
+    mount = failing_disk.mount_point
     good = tmp_path / "good"
     events: list[LogDirFailureEvent] = []
     m = LogManager(
@@ -104,7 +59,7 @@ def test_disk_dies_at_run_time(failing_dir: tuple[Path, Path], tmp_path: Path) -
     dying.flush()
     m.checkpoint()
 
-    flag.touch()  # the disk dies
+    failing_disk.fail()  # the disk dies
     with pytest.raises(KafkaError) as e:
         append(dying, b"never")
     assert e.value.code == ErrorCode.kafka_storage_error
@@ -128,23 +83,21 @@ def test_disk_dies_at_run_time(failing_dir: tuple[Path, Path], tmp_path: Path) -
     assert described[str(good)].error == ErrorCode.none
     m.checkpoint()  # only the good dir is written
 
-    flag.unlink()  # the disk "comes back": the dir stays offline until it is reset
+    failing_disk.recover()  # the disk "comes back": the dir stays offline until it is reset
     with pytest.raises(KafkaError):
         m.get_log("t", dying.partition)
     m.shutdown()
     assert (good / ".kafka_cleanshutdown").exists() and not (mount / ".kafka_cleanshutdown").exists()
 
 
-def test_background_flush_failure_takes_the_dir_offline(
-    failing_dir: tuple[Path, Path], tmp_path: Path
-) -> None:
-    mount, flag = failing_dir
+def test_background_flush_failure_takes_the_dir_offline(failing_disk: FailingDisk) -> None:
+    mount = failing_disk.mount_point
     events: list[LogDirFailureEvent] = []
     m = LogManager([mount], 1, "cluster-A", on_dir_failure=events.append)
     m.startup()
     log = m.create_log("t", TOPIC_ID, 0, LogConfig(flush_messages=1), is_new=True)
     assert append(log, b"x") == 0
-    flag.touch()
+    failing_disk.fail()
     m.run_periodic_tasks()  # the worker's fsync fails: no exception escapes, the dir goes offline
     assert m.offline_dirs() == [str(mount)]
     assert events[-1].halt  # it was the only dir: the broker must stop

@@ -20,7 +20,6 @@ from shoal.coordinator.api import (
     EnforceRetentionRequest,
     TopicIdPartition,
 )
-from shoal.coordinator.sqlite import SqliteBatchCoordinator
 from shoal.diskless.append import Appender
 from shoal.diskless.cache import RangeCache
 from shoal.diskless.cleaner import CleanerRound, ObjectCleaner
@@ -32,6 +31,7 @@ from shoal.protocol.errors import ErrorCode, KafkaError
 from shoal.records.batch import read_header
 from shoal.records.codec import build_batch
 from shoal.records.types import TimestampType
+from shoal.store.sqlite.coordinator import SqliteBatchCoordinator
 
 TOPIC = uuid.UUID("11111111-2222-3333-4444-555555555555")
 T0 = datetime(2030, 1, 1, tzinfo=UTC)

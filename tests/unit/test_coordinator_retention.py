@@ -20,9 +20,9 @@ from shoal.coordinator.api import (
     ObjectState,
     TopicIdPartition,
 )
-from shoal.coordinator.sqlite import SqliteBatchCoordinator
 from shoal.protocol.errors import ErrorCode
 from shoal.records.types import TimestampType
+from shoal.store.sqlite.coordinator import SqliteBatchCoordinator
 
 TOPIC = uuid.UUID("11111111-2222-3333-4444-555555555555")
 OTHER = uuid.UUID("66666666-7777-8888-9999-000000000000")

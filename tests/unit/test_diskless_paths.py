@@ -20,19 +20,19 @@ from shoal.coordinator.api import (
     FindBatchRequest,
     TopicIdPartition,
 )
-from shoal.coordinator.sqlite import SqliteBatchCoordinator
 from shoal.diskless.append import Appender
 from shoal.diskless.cache import RangeCache
-from shoal.diskless.notify import CommitNotifier
 from shoal.diskless.read import DisklessReader
-from shoal.diskless.wal import iter_segment
 from shoal.objects.memory import MemoryObjectStorage
 from shoal.objects.storage import StorageBackendError
 from shoal.observability.metrics import BrokerMetrics
+from shoal.partitions.notify import CommitNotifier
 from shoal.protocol.errors import ErrorCode, KafkaError
 from shoal.records.batch import read_header
 from shoal.records.codec import Record, build_batch, decode_batch, iter_batches
 from shoal.records.types import TimestampType
+from shoal.records.wal import iter_segment
+from shoal.store.sqlite.coordinator import SqliteBatchCoordinator
 
 TOPIC = uuid.UUID("0f0f0f0f-1111-2222-3333-444444444444")
 APPEND_TIME = 1_700_000_000_000

@@ -18,12 +18,12 @@ from typer.testing import CliRunner
 from shoal.cli.dump_log import SegmentKind, detect_kind
 from shoal.cli.main import app
 from shoal.coordinator.api import CommitBatchRequest, CreateTopicAndPartitionsRequest, TopicIdPartition
-from shoal.coordinator.sqlite import SqliteBatchCoordinator
-from shoal.diskless.wal import build_segment
-from shoal.metadata.log import SqliteMetadataStore
 from shoal.records.batch import CRC_OFFSET, read_header
 from shoal.records.codec import NewRecord, build_batch, build_control_batch
 from shoal.records.types import TimestampType
+from shoal.records.wal import build_segment
+from shoal.store.sqlite.coordinator import SqliteBatchCoordinator
+from shoal.store.sqlite.metadata_log import SqliteMetadataStore
 
 TS = 1_700_000_000_000
 TOPIC_ID = uuid.UUID("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0")

@@ -28,11 +28,11 @@ from shoal.coordinator.api import (
     TopicIdPartition,
 )
 from shoal.coordinator.faulty import OPERATIONS, Fault, FaultyBatchCoordinator, write_control_file
-from shoal.coordinator.sqlite import SqliteBatchCoordinator
 from shoal.diskless.cleaner import ObjectCleaner
 from shoal.objects.memory import MemoryObjectStorage
 from shoal.protocol.errors import ErrorCode
 from shoal.records.types import TimestampType
+from shoal.store.sqlite.coordinator import SqliteBatchCoordinator
 
 TOPIC = uuid.UUID("0f0f0f0f-1111-2222-3333-444444444444")
 TP = TopicIdPartition(TOPIC, 0, "faulty")

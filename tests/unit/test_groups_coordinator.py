@@ -17,6 +17,7 @@ import pytest
 from shoal.groups.coordinator import GroupConfig, GroupCoordinator, OffsetCommitEntry
 from shoal.groups.group import JoinResponse, SyncResponse
 from shoal.protocol.errors import ErrorCode as E
+from shoal.store.sqlite.groups import SqliteGroupStore
 
 SESSION_MS = 10_000
 REBALANCE_MS = 30_000
@@ -90,7 +91,7 @@ class Env:
     async def reopen(self) -> GroupCoordinator:
         await self.coordinator.close()
         self.coordinator = await GroupCoordinator.open(
-            self.db, inline, CONFIG, self.topics.get, timer=self.timer, now_ms=lambda: self.clock.now
+            SqliteGroupStore(self.db), inline, CONFIG, self.topics.get, timer=self.timer, now_ms=lambda: self.clock.now
         )
         return self.coordinator
 
@@ -101,7 +102,9 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
     timer = ManualTimer(clock)
     topics = {"t": uuid.uuid4(), "u": uuid.uuid4()}
     db = tmp_path / "shoal.db"
-    coordinator = await GroupCoordinator.open(db, inline, CONFIG, topics.get, timer=timer, now_ms=lambda: clock.now)
+    coordinator = await GroupCoordinator.open(
+        SqliteGroupStore(db), inline, CONFIG, topics.get, timer=timer, now_ms=lambda: clock.now
+    )
     e = Env(coordinator, clock, timer, topics, db)
     yield e
     await e.coordinator.close()
@@ -578,7 +581,7 @@ async def test_close_answers_parked_requests_with_not_coordinator(env: Env) -> N
     assert (await parked).error is E.not_coordinator
     assert heartbeat(env, "g", 1, "m") is E.coordinator_not_available
     env.coordinator = await GroupCoordinator.open(
-        env.db, inline, CONFIG, env.topics.get, timer=env.timer, now_ms=lambda: env.clock.now
+        SqliteGroupStore(env.db), inline, CONFIG, env.topics.get, timer=env.timer, now_ms=lambda: env.clock.now
     )
 
 
@@ -587,7 +590,7 @@ async def test_group_max_size(tmp_path: Path) -> None:
     timer = ManualTimer(clock)
     config = GroupConfig(initial_rebalance_delay_ms=DELAY_MS, max_size=1)
     coordinator = await GroupCoordinator.open(
-        tmp_path / "shoal.db", inline, config, {}.get, timer=timer, now_ms=lambda: clock.now
+        SqliteGroupStore(tmp_path / "shoal.db"), inline, config, {}.get, timer=timer, now_ms=lambda: clock.now
     )
     env = Env(coordinator, clock, timer, {}, tmp_path / "shoal.db")
     first = join(env, "g", require_known=False)

@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from shoal.groups.offsets import (
+from shoal.store.groups import (
     CommittedOffset,
     DeleteGroup,
     DeleteOffsets,
     PutGroup,
     PutOffsets,
-    SqliteGroupStore,
     StoredGroup,
     StoredMember,
 )
-from shoal.metadata.log import SqliteMetadataStore
+from shoal.store.sqlite.groups import SqliteGroupStore
+from shoal.store.sqlite.metadata_log import SqliteMetadataStore
 
 TOPIC_ID = uuid.uuid4()
 

@@ -23,7 +23,7 @@ from shoal.metadata.controller import (
     validate_topic_name,
 )
 from shoal.metadata.image import MetadataImage
-from shoal.metadata.log import FencedControllerError, SqliteMetadataStore
+from shoal.metadata.log import FencedControllerError
 from shoal.metadata.records import (
     ConfigRecord,
     PartitionRecord,
@@ -35,6 +35,7 @@ from shoal.metadata.records import (
     encode_record,
 )
 from shoal.protocol.errors import ErrorCode, KafkaError
+from shoal.store.sqlite.metadata_log import SqliteMetadataStore
 
 TOPIC_ID = uuid.UUID("11111111-2222-3333-4444-555555555555")
 OTHER_ID = uuid.UUID("66666666-7777-8888-9999-000000000000")

@@ -17,11 +17,11 @@ from shoal.coordinator.api import (
     EnforceRetentionRequest,
     TopicIdPartition,
 )
-from shoal.coordinator.sqlite import SqliteBatchCoordinator
 from shoal.diskless.retention import PARTITIONS_PER_CALL, RetentionResult, RetentionTask, retention_requests
 from shoal.metadata.image import MetadataImage, PartitionImage, TopicImage
 from shoal.observability.metrics import BrokerMetrics
 from shoal.records.types import TimestampType
+from shoal.store.sqlite.coordinator import SqliteBatchCoordinator
 
 NOW = 1_700_000_000_000
 HOUR = 3_600_000

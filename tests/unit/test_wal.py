@@ -7,9 +7,9 @@ from itertools import islice
 
 import pytest
 
-from shoal.diskless.wal import WAL_VERSION, PlacedBatch, WalFormatError, build_segment, iter_segment
 from shoal.records.batch import BATCH_LENGTH_OFFSET, HEADER_SIZE
 from shoal.records.codec import build_batch, decode_batch
+from shoal.records.wal import WAL_VERSION, PlacedBatch, WalFormatError, build_segment, iter_segment
 
 
 def batch(tag: str, records: int = 1) -> bytes:

@@ -17,10 +17,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from shoal.classic.log import AppendResult, PartitionLog, ReadResult, TimestampAndOffset
+from shoal.classic.log import PartitionLog
 from shoal.classic.log_config import LogConfig
 from shoal.classic.log_dirs import LogDirDescription, describe_log_dirs
-from shoal.classic.log_manager import LogDirFailureEvent, LogManager, TopicPartition
+from shoal.classic.log_manager import LogManager, TopicPartition
+from shoal.classic.log_manager_failures import LogDirFailureEvent
+from shoal.classic.log_results import AppendResult, ReadResult, TimestampAndOffset
 from shoal.config import TOPIC_CONFIGS, Config
 from shoal.metadata.image import MetadataImage, TopicImage
 from shoal.protocol.errors import ErrorCode, KafkaError

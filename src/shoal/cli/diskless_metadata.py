@@ -7,49 +7,42 @@ batches). Both read the broker's metadata store directly, because the Batch Coor
 only place that knows this (no Kafka API exposes it). The SQLite file is in WAL mode, so reading
 it while a broker runs is safe; nothing is written.
 
-The store is found like the broker finds it: ``--metadata-dir`` (the broker's
-``metadata.log.dir``) or ``--config server.properties``. ``dump-log`` shares these helpers.
+The stores are found the way every tool finds them (``cli/store_options.py``): ``--config
+server.properties``, ``--data-dir``, or ``./shoal-data``. ``dump-log`` shares these helpers.
 """
 
 from __future__ import annotations
 
 import base64
-import sqlite3
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 from typing import Annotated
 
 import typer
 
-from shoal.config import Config, ConfigError, parse_properties
+from shoal.cli.store_options import ConfigOpt, DataDirOpt, MetadataDirOpt, OverrideOpt, tool_config
+from shoal.config import Config
 from shoal.coordinator.api import ObjectDescription, TopicDescription
-from shoal.coordinator.sqlite import SqliteBatchCoordinator
 from shoal.metadata.cache import MetadataCache
 from shoal.metadata.image import MetadataImage
-from shoal.metadata.log import SqliteMetadataStore
 from shoal.metadata.records import RemoveTopicRecord, TopicRecord
 from shoal.records.types import TimestampType
+from shoal.store.factory import (
+    StoreNotFoundError,
+    open_batch_coordinator,
+    open_metadata_store,
+    store_location,
+)
 
 diskless_metadata_app = typer.Typer(
     help="Inspect diskless topics and WAL objects in the metadata store (KIP-1163's kafka-diskless-metadata).",
     no_args_is_help=True,
 )
 
-# Schema components the broker creates in the store; a file without both is not a broker's store.
-_STORE_COMPONENTS = ("metadata", "diskless_coordinator")
 _LOG_PAGE = 10_000
-
-MetadataDirOpt = Annotated[
-    Path | None,
-    typer.Option("--metadata-dir", help="The broker's metadata.log.dir (the directory holding shoal.db)."),
-]
-ConfigOpt = Annotated[
-    Path | None,
-    typer.Option("--config", help="The broker's server.properties: its metadata dir is used, as the broker does."),
-]
 
 
 class ToolError(Exception):
@@ -88,53 +81,20 @@ def parse_topic_id(text: str) -> uuid.UUID | None:
     return None
 
 
-def metadata_db_path(metadata_dir: Path | None, config_file: Path | None) -> Path:
-    """The metadata store file from ``--metadata-dir`` or ``--config`` (exactly one of them)."""
-    from shoal.server.broker import METADATA_DB  # the broker names the file; import only when needed
-
-    if metadata_dir is not None and config_file is not None:
-        raise UsageError("Give either --metadata-dir or --config, not both.")
-    if metadata_dir is None:
-        if config_file is None:
-            raise UsageError("One of --metadata-dir or --config is required.")
-        try:
-            config = Config.from_raw(parse_properties(config_file.read_text()))
-        except (OSError, ConfigError) as exc:
-            raise ToolError(f"Cannot read configuration {config_file}: {exc}") from None
-        metadata_dir = config.metadata_dir
-    db = metadata_dir / METADATA_DB
-    if not db.is_file():
-        raise ToolError(f"No metadata store at {db}: is {metadata_dir} the broker's metadata.log.dir?")
-    return db
-
-
-def _check_store(db: Path) -> None:
-    """Refuse files that are not a broker's store, before anything could create tables in them."""
-    try:
-        conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
-        try:
-            found = {row[0] for row in conn.execute("SELECT component FROM schema_versions")}
-        finally:
-            conn.close()
-    except sqlite3.Error as exc:
-        raise ToolError(f"{db} is not a Shoal metadata store: {exc}") from None
-    missing = [c for c in _STORE_COMPONENTS if c not in found]
-    if missing:
-        raise ToolError(f"{db} is not a Shoal metadata store (no {', '.join(missing)} tables)")
-
-
 class MetadataStoreReader:
-    """Read-only access to a broker's metadata store: the cluster image and the coordinator's views."""
+    """Read-only access to a broker's stores: the cluster image and the coordinator's views."""
 
-    def __init__(self, db: Path) -> None:
-        _check_store(db)
-        self.path = db
-        self._store = SqliteMetadataStore(db)
+    def __init__(self, config: Config) -> None:
         try:
-            self.coordinator = SqliteBatchCoordinator(db)
+            self._store = open_metadata_store(config, must_exist=True)
+        except StoreNotFoundError as exc:
+            raise ToolError(str(exc)) from None
+        try:
+            self.coordinator = open_batch_coordinator(config)
         except BaseException:
             self._store.close()
             raise
+        self.location = store_location(config)
         self._image: MetadataImage | None = None
 
     def close(self) -> None:
@@ -185,10 +145,10 @@ def object_key_candidates(key_or_path: str) -> list[str]:
 
 
 @contextmanager
-def open_store(metadata_dir: Path | None, config_file: Path | None) -> Iterator[MetadataStoreReader]:
-    """The store named by the options; tool errors end the command with exit code 1."""
+def open_store(config: Config) -> Iterator[MetadataStoreReader]:
+    """The stores of a tool's configuration; tool errors end the command with exit code 1."""
     try:
-        reader = MetadataStoreReader(metadata_db_path(metadata_dir, config_file))
+        reader = MetadataStoreReader(config)
     except ToolError as exc:
         typer.echo(f"Error: {exc}", err=True)
         raise typer.Exit(exc.exit_code) from None
@@ -236,11 +196,13 @@ def print_topic(desc: TopicDescription, name: str, deleted: bool) -> None:
 @diskless_metadata_app.command("topic")
 def topic(
     name: Annotated[str, typer.Argument(help="The diskless topic: its name, or its id (also of a deleted topic).")],
-    metadata_dir: MetadataDirOpt = None,
     config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    metadata_dir: MetadataDirOpt = None,
+    override: OverrideOpt = None,
 ) -> None:
     """Diskless topic overview: offsets and bytes per partition, sizes of the objects it is in."""
-    with open_store(metadata_dir, config) as store:
+    with open_store(tool_config(config, data_dir, metadata_dir, override)) as store:
         image = store.image()
         given_id = parse_topic_id(name)
         current = image.topic(name)
@@ -294,11 +256,13 @@ def print_object(desc: ObjectDescription) -> None:
 @diskless_metadata_app.command("object")
 def object_(
     key: Annotated[str, typer.Argument(help="The object key (wal/<uuid>), or the path of a local copy of it.")],
-    metadata_dir: MetadataDirOpt = None,
     config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    metadata_dir: MetadataDirOpt = None,
+    override: OverrideOpt = None,
 ) -> None:
     """Object metadata: key, total size, used size, state and the live batches in it."""
-    with open_store(metadata_dir, config) as store:
+    with open_store(tool_config(config, data_dir, metadata_dir, override)) as store:
         desc = store.find_object(key)
     if desc is None:
         typer.echo(

@@ -27,20 +27,15 @@ from typing import Annotated
 
 import typer
 
-from shoal.cli.diskless_metadata import (
-    ConfigOpt,
-    MetadataDirOpt,
-    MetadataStoreReader,
-    ToolError,
-    format_time,
-    metadata_db_path,
-)
+from shoal.cli.diskless_metadata import MetadataStoreReader, ToolError, format_time
+from shoal.cli.store_options import ConfigOpt, DataDirOpt, MetadataDirOpt, OverrideOpt, tool_config
 from shoal.coordinator.api import BatchInfo, ObjectDescription
-from shoal.diskless.wal import WAL_HEADER_SIZE, WAL_VERSION, WalFormatError, iter_segment
 from shoal.protocol.errors import KafkaError
 from shoal.records.batch import HEADER_SIZE, LOG_OVERHEAD, MAGIC_OFFSET, MIN_BATCH_LENGTH, BatchHeader, crc_of
 from shoal.records.codec import CONTROL_ABORT, CONTROL_COMMIT, Record, decode_batch, iter_batches
 from shoal.records.types import TimestampType
+from shoal.records.wal import WAL_HEADER_SIZE, WAL_VERSION, WalFormatError, iter_segment
+from shoal.store.locate import DEFAULT_DATA_DIR
 
 # Kafka's segment files: the base offset, zero-padded to 20 digits, + ".log".
 CLASSIC_NAME = re.compile(r"^(\d{20})\.log$")
@@ -256,7 +251,7 @@ def _wal_header_lines(path: Path, obj: ObjectDescription | None, store: Metadata
     if store is None:
         lines.append(
             "Partitions and assigned offsets are not stored in the object: offsets below are the producer's; "
-            "give --metadata-dir to look them up in the batch coordinator."
+            "give --config or --data-dir to look them up in the batch coordinator."
         )
     elif obj is None:
         lines.append(
@@ -366,21 +361,28 @@ def dump_log(
     deep_iteration: Annotated[
         bool, typer.Option("--deep-iteration", help="Print every record's metadata (no key or payload).")
     ] = False,
-    metadata_dir: MetadataDirOpt = None,
     config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    metadata_dir: MetadataDirOpt = None,
+    override: OverrideOpt = None,
 ) -> None:
-    """Dump WAL segment objects and classic log segments batch by batch, like kafka-dump-log.sh."""
+    """Dump WAL segment objects and classic log segments batch by batch, like kafka-dump-log.sh.
+
+    With the stores (``--config``, ``--data-dir``, or ``./shoal-data`` when it exists), each WAL
+    batch is shown with its topic and assigned offsets."""
     paths = [*(files or []), *(Path(p.strip()) for p in (files_opt or "").split(",") if p.strip())]
     if not paths:
         typer.echo("Error: Missing required argument: give FILE... or --files", err=True)
         raise typer.Exit(2)
     store: MetadataStoreReader | None = None
-    if metadata_dir is not None or config is not None:
+    explicit = config is not None or data_dir is not None or metadata_dir is not None
+    if explicit or DEFAULT_DATA_DIR.is_dir():  # the stores are optional here: files dump without them
         try:
-            store = MetadataStoreReader(metadata_db_path(metadata_dir, config))
+            store = MetadataStoreReader(tool_config(config, data_dir, metadata_dir, override))
         except ToolError as exc:
-            typer.echo(f"Error: {exc}", err=True)
-            raise typer.Exit(exc.exit_code) from None
+            if explicit:
+                typer.echo(f"Error: {exc}", err=True)
+                raise typer.Exit(exc.exit_code) from None
     out = Output()
     try:
         for path in paths:

@@ -19,6 +19,7 @@ from shoal.cli.log_dirs import log_dirs_app
 from shoal.cli.pipeline import pipeline_app
 from shoal.cli.topics import topics_app
 from shoal.config import Config, ConfigError, parse_overrides, parse_properties
+from shoal.store.locate import DEFAULT_DATA_DIR, embedded_config
 
 app = typer.Typer(help="Shoal: a Kafka-compatible broker with diskless topics on object storage.", no_args_is_help=True)
 app.add_typer(groups_app, name="groups")
@@ -85,19 +86,11 @@ def broker(
 
 @app.command()
 def up(
-    data_dir: Annotated[Path, typer.Option("--data-dir", help="Where all state lives.")] = Path("shoal-data"),
+    data_dir: Annotated[Path, typer.Option("--data-dir", help="Where all state lives.")] = DEFAULT_DATA_DIR,
     override: Overrides = None,
 ) -> None:
     """Start a single node on embedded defaults: SQLite metadata, local-directory objects, 127.0.0.1:9092."""
-    data_dir = data_dir.resolve()
-    raw = {
-        "node.id": "1",
-        "process.roles": "broker,controller",
-        "listeners": "PLAINTEXT://127.0.0.1:9092",
-        "log.dirs": str(data_dir / "logs"),
-        "diskless.system.enable": "true",
-        "diskless.storage.url": str(data_dir / "objects"),
-    }
+    raw = embedded_config(data_dir)
     try:
         raw.update(parse_overrides(override or []))
     except ConfigError as exc:

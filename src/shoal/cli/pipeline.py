@@ -9,13 +9,27 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from shoal.cli.store_options import ConfigOpt, DataDirOpt, OverrideOpt, tool_config
+from shoal.store.locate import DEFAULT_DATA_DIR, NO_CONFIG_MESSAGE
+
 pipeline_app = typer.Typer(
     help="Spark jobs over Shoal topics (needs the 'pipeline' extra).", no_args_is_help=True
 )
+
+
+MetadataPathOpt = Annotated[
+    str | None,
+    typer.Option("--metadata-path", help="Older spelling: the brokers' shoal.db (or its folder); needs --storage-url."),
+]
+StorageUrlOpt = Annotated[
+    str | None,
+    typer.Option("--storage-url", help="Object storage, when not the configuration's diskless.storage.url."),
+]
 
 
 @pipeline_app.callback()
@@ -40,18 +54,14 @@ def export(
     path: Annotated[
         str, typer.Option("--path", help="The Parquet directory or Delta table (local or mounted path).")
     ],
-    metadata_path: Annotated[
-        str | None,
-        typer.Option(
-            "--metadata-path",
-            help="shoal.db (or its folder): read diskless topics straight from object storage.",
-        ),
-    ] = None,
-    storage_url: Annotated[
-        str | None, typer.Option("--storage-url", help="The brokers' diskless.storage.url.")
-    ] = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    override: OverrideOpt = None,
+    metadata_path: MetadataPathOpt = None,
+    storage_url: StorageUrlOpt = None,
     bootstrap_servers: Annotated[
-        str | None, typer.Option("--bootstrap-servers", help="Brokers, for topics that are not diskless.")
+        str | None,
+        typer.Option("--bootstrap-server", "--bootstrap-servers", help="Brokers, for topics that are not diskless."),
     ] = None,
     master: Annotated[
         str | None,
@@ -68,8 +78,7 @@ def export(
     """Export a topic incrementally to Parquet or Delta: each run continues where the last commit ended."""
     if fmt not in ("parquet", "delta"):
         raise typer.BadParameter("--format must be parquet or delta")
-    if not metadata_path and not bootstrap_servers:
-        raise typer.BadParameter("give --metadata-path (with --storage-url) and/or --bootstrap-servers")
+    stores = _store_options(config, data_dir, override, metadata_path, required=not bootstrap_servers)
     try:
         from pyspark.sql import SparkSession
 
@@ -81,8 +90,7 @@ def export(
         )
         raise typer.Exit(2) from None
     source = _pairs(option, "--option")
-    if metadata_path:
-        source["shoal.metadata.path"] = metadata_path
+    source.update(stores)
     if storage_url:
         source["shoal.storage.url"] = storage_url
     if bootstrap_servers:
@@ -103,11 +111,11 @@ def export(
 
 @pipeline_app.command()
 def compact(
-    metadata_path: Annotated[
-        str,
-        typer.Option("--metadata-path", help="The brokers' shoal.db (or its folder): the Batch Coordinator."),
-    ],
-    storage_url: Annotated[str, typer.Option("--storage-url", help="The brokers' diskless.storage.url.")],
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    override: OverrideOpt = None,
+    metadata_path: MetadataPathOpt = None,
+    storage_url: StorageUrlOpt = None,
     master: Annotated[
         str | None,
         typer.Option("--master", help="Spark master URL; default local[*] (or spark-submit's master)."),
@@ -154,6 +162,18 @@ def compact(
     except ImportError as exc:
         typer.echo(f"the pipeline needs pyspark (the 'pipeline' extra): {exc}", err=True)
         raise typer.Exit(2) from None
+    from shoal.store.factory import object_storage_url
+
+    if metadata_path is not None:
+        if config is not None or data_dir is not None:
+            raise typer.BadParameter("give --metadata-path or --config/--data-dir, not both")
+        if not storage_url:
+            raise typer.BadParameter("--metadata-path needs --storage-url (the brokers' diskless.storage.url)")
+        path = Path(metadata_path)
+        store = tool_config(metadata_dir=path.parent if path.suffix == ".db" else path, overrides=override)
+    else:
+        store = tool_config(config, data_dir, None, override)
+    storage_url = storage_url or object_storage_url(store)
     options = CompactionOptions(
         target_bytes=target_bytes,
         min_age_ms=min_age_ms,
@@ -162,7 +182,7 @@ def compact(
         max_replace_delay_ms=max_replace_delay_ms,
     )
     try:
-        plan = plan_compaction(metadata_path, options)
+        plan = plan_compaction(store, options)
     except Exception as exc:  # a missing database, a bad target: nothing was done
         typer.echo(f"compaction failed: {type(exc).__name__}: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -178,7 +198,7 @@ def compact(
         owned = SparkSession.getActiveSession() is None
         spark = build_session(master, "shoal-compaction", _pairs(conf, "--conf"))
     try:
-        result = compact(spark, metadata_path, storage_url, options, dry_run=dry_run, plan=plan)
+        result = compact(spark, store, storage_url, options, dry_run=dry_run, plan=plan)
     except Exception as exc:  # outputs already swapped stay swapped; the rest is left as it was
         typer.echo(f"compaction failed: {type(exc).__name__}: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -186,6 +206,34 @@ def compact(
         if spark is not None and owned:
             spark.stop()
     typer.echo(json.dumps(result.to_json(), indent=1))
+
+
+def _store_options(
+    config: Path | None, data_dir: Path | None, override: list[str] | None, metadata_path: str | None,
+    *, required: bool,
+) -> dict[str, str]:
+    """The data source options that name Shoal's stores, found the way every tool finds them.
+    Without any (and no ./shoal-data), topics are read through the brokers, or exit 2 when
+    there are none to read through either."""
+    given = [flag for flag, value in (("--config", config), ("--data-dir", data_dir),
+                                      ("--metadata-path", metadata_path)) if value is not None]
+    if len(given) > 1:
+        raise typer.BadParameter(f"give one of {', '.join(given)}, not several")
+    if config is not None or data_dir is not None:
+        tool_config(config, data_dir, None, override)  # an unreadable configuration stops here (exit 2)
+    out = {f"shoal.override.{k}": v for k, v in _pairs(override, "--override").items()}
+    if config is not None:
+        out["shoal.config"] = str(config.resolve())
+    elif data_dir is not None:
+        out["shoal.data.dir"] = str(data_dir.resolve())
+    elif metadata_path is not None:
+        out["shoal.metadata.path"] = str(Path(metadata_path).resolve())
+    elif DEFAULT_DATA_DIR.is_dir():
+        out["shoal.data.dir"] = str(DEFAULT_DATA_DIR.resolve())
+    elif required:
+        typer.echo(f"Error: {NO_CONFIG_MESSAGE}", err=True)
+        raise typer.Exit(2)
+    return out
 
 
 if __name__ == "__main__":  # spark-submit .../shoal/cli/pipeline.py export ...

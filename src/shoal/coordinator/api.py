@@ -92,6 +92,11 @@ class BatchInfo:
     object_key: str
     metadata: BatchMetadata
 
+    @property
+    def byte_range(self) -> tuple[str, int, int]:
+        """(object key, start, end) of the batch's bytes, as ranged GETs are planned."""
+        return self.object_key, self.metadata.byte_offset, self.metadata.byte_offset + self.metadata.byte_size
+
 
 @dataclass(frozen=True, slots=True)
 class FindBatchRequest:

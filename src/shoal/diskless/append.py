@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -25,21 +24,16 @@ from shoal.coordinator.api import (
     TopicIdPartition,
 )
 from shoal.diskless.cache import RangeCache
-from shoal.diskless.wal import build_segment
 from shoal.objects.storage import ObjectStorage
 from shoal.observability.metrics import BrokerMetrics
 from shoal.protocol.errors import ErrorCode, KafkaError
 from shoal.records.batch import BatchHeader
 from shoal.records.types import TimestampType
+from shoal.records.wal import build_segment, new_wal_key
 
 log = logging.getLogger(__name__)
 
-WAL_KEY_PREFIX = "wal/"
 MAX_INFLIGHT_SEGMENTS = 4
-
-
-def new_wal_key() -> str:
-    return f"{WAL_KEY_PREFIX}{uuid.uuid4()}"
 
 
 @dataclass(slots=True)

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from shoal.coordinator.api import BatchCoordinator, DeleteFilesRequest
-from shoal.diskless.append import WAL_KEY_PREFIX
 from shoal.diskless.periodic import PeriodicTask
 from shoal.objects.storage import ObjectStorage
 from shoal.observability.metrics import BrokerMetrics
+from shoal.records.wal import WAL_KEY_PREFIX
 
 __all__ = ["CleanerRound", "ObjectCleaner", "DELETE_CHUNK"]
 

@@ -20,15 +20,13 @@ from shoal.coordinator.api import (
     TopicIdPartition,
 )
 from shoal.diskless.cache import RangeCache
+from shoal.objects.ranges import Span, coalesce_ranges
 from shoal.objects.storage import ByteRange, ObjectStorage
 from shoal.observability.metrics import BrokerMetrics
 from shoal.protocol.errors import ErrorCode
 from shoal.records.batch import stamp_batch
 from shoal.records.codec import decode_batch
 from shoal.records.types import TimestampType
-
-# Two batches of one object closer than this are read with one GET.
-COALESCE_GAP_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,30 +37,9 @@ class PartitionRead:
     records: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class _Span:
-    key: str
-    start: int
-    end: int
-
-
-def plan_ranges(batches: list[BatchInfo]) -> list[_Span]:
-    """One byte range per run of nearby batches in each object."""
-    by_object: dict[str, list[tuple[int, int]]] = {}
-    for b in batches:
-        by_object.setdefault(b.object_key, []).append((b.metadata.byte_offset, b.metadata.byte_offset + b.metadata.byte_size))
-    spans: list[_Span] = []
-    for key, ranges in by_object.items():
-        ranges.sort()
-        start, end = ranges[0]
-        for r_start, r_end in ranges[1:]:
-            if r_start - end <= COALESCE_GAP_BYTES:
-                end = max(end, r_end)
-            else:
-                spans.append(_Span(key, start, end))
-                start, end = r_start, r_end
-        spans.append(_Span(key, start, end))
-    return spans
+def plan_ranges(batches: list[BatchInfo]) -> list[Span]:
+    """One ranged GET per run of nearby batches in each object."""
+    return coalesce_ranges(b.byte_range for b in batches)
 
 
 class DisklessReader:
@@ -92,7 +69,7 @@ class DisklessReader:
         spans = plan_ranges(all_batches)
         gets = 0
 
-        async def get(span: _Span) -> bytes:
+        async def get(span: Span) -> bytes:
             nonlocal gets
             gets += 1
             return await self._get(span)
@@ -102,7 +79,7 @@ class DisklessReader:
         )
         self._metrics.fetch_done(gets)
         fetched = dict(zip(spans, views, strict=True))
-        spans_by_key: dict[str, list[_Span]] = {}
+        spans_by_key: dict[str, list[Span]] = {}
         for span in fetched:
             spans_by_key.setdefault(span.key, []).append(span)
         results = []
@@ -128,7 +105,7 @@ class DisklessReader:
             results.append(PartitionRead(ErrorCode.none, response.high_watermark, response.log_start_offset, bytes(out)))
         return results
 
-    async def _get(self, span: _Span) -> bytes:
+    async def _get(self, span: Span) -> bytes:
         started = time.monotonic()
         try:
             data = await self._storage.fetch(span.key, ByteRange(span.start, span.end - span.start))

@@ -1,10 +1,11 @@
 """One classic consumer group: its members, state, generation and protocol, as Kafka keeps them.
 
 This is Kafka's ClassicGroup (group-coordinator module) in Python: the bookkeeping
-only. Timers, persistence and the order of operations live in ``coordinator.py``; here
-are the rules that must hold whatever drives them (valid state transitions, protocol
-selection by vote, leader election, static member replacement, member validation).
-A parked JoinGroup or SyncGroup is an asyncio future the coordinator completes.
+only. Timers, persistence and the order of operations live in the coordinator
+(``coordinator.py`` and the modules it lists); here are the rules that must hold
+whatever drives them (valid state transitions, protocol selection by vote, leader
+election, static member replacement, member validation). A parked JoinGroup or
+SyncGroup is an asyncio future the coordinator completes.
 """
 
 from __future__ import annotations

@@ -1,275 +1,178 @@
-"""Committed offsets and group metadata, durable in the metadata store (SQLite, ``shoal.db``).
+"""OffsetCommit, OffsetFetch and OffsetDelete: a group's committed offsets.
 
-Kafka keeps both in ``__consumer_offsets``: an OffsetCommit record per group and
-partition, and a GroupMetadata record per group (generation, protocol, leader and the
-members with their subscription and assignment, written when a rebalance completes and
-when the group becomes empty). The tables here hold the latest value of each of those
-keys, so loading them is what replaying the compacted topic gives Kafka.
-
-Writes come as batches of mutations applied in one ``BEGIN IMMEDIATE`` transaction
-(``synchronous=FULL``): a commit that returns is on disk, and a batch of many
-consumers' commits costs one fsync.
+A commit is answered only once durable (through the coordinator's one ``StoreWriter``),
+and only then is it visible to OffsetFetch. Offsets are kept per group whatever its
+state: a "simple" group (manual assignment, the admin client) uses Kafka only to store them.
 """
 
 from __future__ import annotations
 
-import sqlite3
-import threading
+import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
-from shoal.store.sqlite.connection import apply_schema, open_sqlite
+from shoal.groups.group import GroupState
+from shoal.groups.rebalance import Rebalancer
+from shoal.groups.state import STORE_FAILURE, CoordinatorState
+from shoal.groups.writer import StoreWriteError
+from shoal.protocol.errors import ErrorCode
+from shoal.store.groups import CommittedOffset, DeleteOffsets, PutOffsets
 
-__all__ = [
-    "CommittedOffset",
-    "DeleteGroup",
-    "DeleteOffsets",
-    "Mutation",
-    "PutGroup",
-    "PutOffsets",
-    "SqliteGroupStore",
-    "StoredGroup",
-    "StoredMember",
-]
-
-_COMPONENT = "group_coordinator"
-
-_MIGRATIONS = [
-    """
-    CREATE TABLE group_metadata (
-        group_id TEXT PRIMARY KEY,
-        protocol_type TEXT,
-        protocol_name TEXT,
-        generation INTEGER NOT NULL,
-        leader TEXT,
-        state_timestamp_ms INTEGER NOT NULL
-    );
-    CREATE TABLE group_members (
-        group_id TEXT NOT NULL,
-        member_id TEXT NOT NULL,
-        position INTEGER NOT NULL,
-        group_instance_id TEXT,
-        client_id TEXT NOT NULL,
-        client_host TEXT NOT NULL,
-        rebalance_timeout_ms INTEGER NOT NULL,
-        session_timeout_ms INTEGER NOT NULL,
-        subscription BLOB NOT NULL,
-        assignment BLOB NOT NULL,
-        PRIMARY KEY (group_id, member_id)
-    ) WITHOUT ROWID;
-    CREATE TABLE group_offsets (
-        group_id TEXT NOT NULL,
-        topic TEXT NOT NULL,
-        partition INTEGER NOT NULL,
-        topic_id BLOB,
-        committed_offset INTEGER NOT NULL,
-        leader_epoch INTEGER NOT NULL,
-        metadata TEXT NOT NULL,
-        commit_timestamp_ms INTEGER NOT NULL,
-        expire_timestamp_ms INTEGER,
-        PRIMARY KEY (group_id, topic, partition)
-    ) WITHOUT ROWID
-    """,
-]
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
-class CommittedOffset:
+class OffsetCommitEntry:
     topic: str
     partition: int
     topic_id: uuid.UUID | None
     offset: int
-    leader_epoch: int  # -1: none
+    leader_epoch: int
+    metadata: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedOffset:
+    topic: str
+    partition: int
+    offset: int  # -1: none committed
+    leader_epoch: int
     metadata: str
-    commit_timestamp_ms: int
-    # Set only by OffsetCommit v2-4 with an explicit retention time; else the broker's retention applies.
-    expire_timestamp_ms: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class StoredMember:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    rebalance_timeout_ms: int
-    session_timeout_ms: int
-    subscription: bytes  # the member's metadata for the group's protocol
-    assignment: bytes
+class OffsetManager:
+    def __init__(self, state: CoordinatorState, rebalancer: Rebalancer) -> None:
+        self._state = state
+        self._rebalancer = rebalancer
 
-
-@dataclass(frozen=True, slots=True)
-class StoredGroup:
-    group_id: str
-    protocol_type: str | None
-    protocol_name: str | None
-    generation: int
-    leader: str | None
-    state_timestamp_ms: int  # -1: unknown
-    members: tuple[StoredMember, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class PutOffsets:
-    group_id: str
-    offsets: tuple[CommittedOffset, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteOffsets:
-    group_id: str
-    partitions: tuple[tuple[str, int], ...]
-
-
-@dataclass(frozen=True, slots=True)
-class PutGroup:
-    group: StoredGroup
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteGroup:
-    """The group's metadata, members and committed offsets."""
-
-    group_id: str
-
-
-Mutation = PutOffsets | DeleteOffsets | PutGroup | DeleteGroup
-
-
-class SqliteGroupStore:
-    """Group metadata and committed offsets in the ``group_`` tables of the metadata database."""
-
-    def __init__(self, path: str | Path) -> None:
-        self._conn = open_sqlite(path)
-        self._lock = threading.Lock()
-        apply_schema(self._conn, _COMPONENT, _MIGRATIONS)
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
-
-    def load(self) -> tuple[list[StoredGroup], dict[str, list[CommittedOffset]]]:
-        """Every stored group and every committed offset (grouped by group id), read on one snapshot."""
-        with self._lock:
-            self._conn.execute("BEGIN")
-            try:
-                group_rows = self._conn.execute(
-                    "SELECT group_id, protocol_type, protocol_name, generation, leader, state_timestamp_ms "
-                    "FROM group_metadata ORDER BY group_id"
-                ).fetchall()
-                member_rows = self._conn.execute(
-                    "SELECT group_id, member_id, group_instance_id, client_id, client_host, rebalance_timeout_ms, "
-                    "session_timeout_ms, subscription, assignment FROM group_members ORDER BY group_id, position"
-                ).fetchall()
-                offset_rows = self._conn.execute(
-                    "SELECT group_id, topic, partition, topic_id, committed_offset, leader_epoch, metadata, "
-                    "commit_timestamp_ms, expire_timestamp_ms FROM group_offsets ORDER BY group_id, topic, partition"
-                ).fetchall()
-            finally:
-                self._conn.execute("COMMIT")
-        members: dict[str, list[StoredMember]] = {}
-        for row in member_rows:
-            members.setdefault(row[0], []).append(
-                StoredMember(row[1], row[2], row[3], row[4], row[5], row[6], bytes(row[7]), bytes(row[8]))
-            )
-        groups = [
-            StoredGroup(row[0], row[1], row[2], row[3], row[4], row[5], tuple(members.get(row[0], ())))
-            for row in group_rows
-        ]
-        offsets: dict[str, list[CommittedOffset]] = {}
-        for row in offset_rows:
-            offsets.setdefault(row[0], []).append(
+    # -- OffsetCommit ------------------------------------------------------------------------------
+    async def commit_offsets(
+        self,
+        *,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        entries: Sequence[OffsetCommitEntry],
+        retention_ms: int = -1,
+        api_version: int,
+    ) -> list[ErrorCode]:
+        """Commit offsets of partitions the caller checked exist; one error per entry, in order."""
+        if not entries:
+            return []
+        if not self._state.active:
+            return [ErrorCode.coordinator_not_available] * len(entries)
+        group = self._state.groups.get(group_id)
+        if group is None:
+            if generation_id >= 0:
+                # v9+ answers GROUP_ID_NOT_FOUND; older clients only know ILLEGAL_GENERATION here.
+                error = ErrorCode.group_id_not_found if api_version >= 9 else ErrorCode.illegal_generation
+                return [error] * len(entries)
+            # A "simple" commit (admin client, manual assignment) creates the group once durable.
+        else:
+            error = group.validate_offset_commit(member_id, group_instance_id, generation_id)
+            if error is not None:
+                return [error] * len(entries)
+            if group.is_in(GroupState.STABLE, GroupState.PREPARING_REBALANCE):
+                # Committing keeps a classic member's session alive.
+                self._rebalancer.reschedule_heartbeat(group, group.members[member_id])
+        now = self._state.now_ms()
+        expire = None if retention_ms == -1 else now + retention_ms
+        results: list[ErrorCode] = []
+        records: list[CommittedOffset] = []
+        for entry in entries:
+            if entry.metadata is not None and len(entry.metadata) > self._state.config.offset_metadata_max_bytes:
+                results.append(ErrorCode.offset_metadata_too_large)
+                continue
+            results.append(ErrorCode.none)
+            records.append(
                 CommittedOffset(
-                    topic=row[1],
-                    partition=row[2],
-                    topic_id=None if row[3] is None else uuid.UUID(bytes=bytes(row[3])),
-                    offset=row[4],
-                    leader_epoch=row[5],
-                    metadata=row[6],
-                    commit_timestamp_ms=row[7],
-                    expire_timestamp_ms=row[8],
+                    topic=entry.topic,
+                    partition=entry.partition,
+                    topic_id=entry.topic_id,
+                    offset=entry.offset,
+                    leader_epoch=entry.leader_epoch,
+                    metadata=entry.metadata or "",
+                    commit_timestamp_ms=now,
+                    expire_timestamp_ms=expire,
                 )
             )
-        return groups, offsets
-
-    def apply(self, mutations: Sequence[Mutation]) -> None:
-        """Apply the mutations in order, in one durable transaction (all or nothing)."""
-        with self._lock:
-            conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")
+        if records:
             try:
-                for mutation in mutations:
-                    _apply_one(conn, mutation)
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-
-
-def _apply_one(conn: sqlite3.Connection, mutation: Mutation) -> None:
-    if isinstance(mutation, PutOffsets):
-        conn.executemany(
-            "INSERT INTO group_offsets (group_id, topic, partition, topic_id, committed_offset, leader_epoch, "
-            "metadata, commit_timestamp_ms, expire_timestamp_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (group_id, topic, partition) DO UPDATE SET topic_id = excluded.topic_id, "
-            "committed_offset = excluded.committed_offset, leader_epoch = excluded.leader_epoch, "
-            "metadata = excluded.metadata, commit_timestamp_ms = excluded.commit_timestamp_ms, "
-            "expire_timestamp_ms = excluded.expire_timestamp_ms",
-            [
-                (
-                    mutation.group_id,
-                    o.topic,
-                    o.partition,
-                    None if o.topic_id is None else o.topic_id.bytes,
-                    o.offset,
-                    o.leader_epoch,
-                    o.metadata,
-                    o.commit_timestamp_ms,
-                    o.expire_timestamp_ms,
+                await self._state.writer.submit(
+                    [PutOffsets(group_id, tuple(records))], lambda: self._apply_offsets(group_id, records)
                 )
-                for o in mutation.offsets
-            ],
-        )
-    elif isinstance(mutation, DeleteOffsets):
-        conn.executemany(
-            "DELETE FROM group_offsets WHERE group_id = ? AND topic = ? AND partition = ?",
-            [(mutation.group_id, topic, partition) for topic, partition in mutation.partitions],
-        )
-    elif isinstance(mutation, PutGroup):
-        g = mutation.group
-        conn.execute(
-            "INSERT INTO group_metadata (group_id, protocol_type, protocol_name, generation, leader, "
-            "state_timestamp_ms) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (group_id) DO UPDATE SET "
-            "protocol_type = excluded.protocol_type, protocol_name = excluded.protocol_name, "
-            "generation = excluded.generation, leader = excluded.leader, "
-            "state_timestamp_ms = excluded.state_timestamp_ms",
-            (g.group_id, g.protocol_type, g.protocol_name, g.generation, g.leader, g.state_timestamp_ms),
-        )
-        conn.execute("DELETE FROM group_members WHERE group_id = ?", (g.group_id,))
-        conn.executemany(
-            "INSERT INTO group_members (group_id, member_id, position, group_instance_id, client_id, client_host, "
-            "rebalance_timeout_ms, session_timeout_ms, subscription, assignment) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                (
-                    g.group_id,
-                    m.member_id,
-                    position,
-                    m.group_instance_id,
-                    m.client_id,
-                    m.client_host,
-                    m.rebalance_timeout_ms,
-                    m.session_timeout_ms,
-                    m.subscription,
-                    m.assignment,
-                )
-                for position, m in enumerate(g.members)
-            ],
-        )
-    elif isinstance(mutation, DeleteGroup):
-        for table in ("group_offsets", "group_members", "group_metadata"):
-            conn.execute(f"DELETE FROM {table} WHERE group_id = ?", (mutation.group_id,))
-    else:  # pragma: no cover - the union is closed
-        raise TypeError(f"unknown mutation {mutation!r}")
+            except StoreWriteError:
+                return [STORE_FAILURE if e is ErrorCode.none else e for e in results]
+        return results
+
+    def _apply_offsets(self, group_id: str, records: Iterable[CommittedOffset]) -> None:
+        if group_id not in self._state.groups:
+            log.info("creating simple consumer group %s via manual offset commit", group_id)
+            self._state.groups[group_id] = self._state.new_group(group_id)
+        offsets = self._state.offsets.setdefault(group_id, {})
+        for record in records:
+            offsets[(record.topic, record.partition)] = record
+
+    # -- OffsetFetch -------------------------------------------------------------------------------
+    def fetch_offsets(
+        self, group_id: str, partitions: Sequence[tuple[str, int]] | None
+    ) -> tuple[ErrorCode, list[FetchedOffset]]:
+        """The committed offsets of the partitions (or of every partition with one, for None).
+
+        Offsets are returned whatever the group's state: the group may use Kafka only to store them.
+        """
+        if not self._state.active:
+            return ErrorCode.coordinator_not_available, []
+        group = self._state.groups.get(group_id)
+        known = group is not None and not group.is_in(GroupState.DEAD)
+        offsets = self._state.offsets.get(group_id, {}) if known else {}
+        if partitions is None:
+            return ErrorCode.none, [
+                FetchedOffset(o.topic, o.partition, o.offset, o.leader_epoch, o.metadata)
+                for _, o in sorted(offsets.items())
+                if self._state.is_live(o)
+            ]
+        fetched = []
+        for topic, partition in partitions:
+            o = offsets.get((topic, partition))
+            if o is None or not self._state.is_live(o):
+                fetched.append(FetchedOffset(topic, partition, -1, -1, ""))
+            else:
+                fetched.append(FetchedOffset(topic, partition, o.offset, o.leader_epoch, o.metadata))
+        return ErrorCode.none, fetched
+
+    # -- OffsetDelete ------------------------------------------------------------------------------
+    async def delete_offsets(
+        self, group_id: str, topics: Sequence[tuple[str, Sequence[int]]]
+    ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+        """OffsetDelete: (group error, error per partition) for topics the caller checked exist."""
+        if not group_id:
+            return ErrorCode.invalid_group_id, {}
+        if not self._state.active:
+            return ErrorCode.coordinator_not_available, {}
+        group = self._state.groups.get(group_id)
+        if group is None or group.is_in(GroupState.DEAD):
+            return ErrorCode.group_id_not_found, {}
+        if not group.is_in(GroupState.EMPTY) and not group.uses_consumer_protocol():
+            return ErrorCode.non_empty_group, {}
+        results: dict[tuple[str, int], ErrorCode] = {}
+        removed: list[tuple[str, int]] = []
+        offsets = self._state.offsets.get(group_id, {})
+        for topic, partitions in topics:
+            subscribed = group.is_subscribed_to_topic(topic)
+            for partition in partitions:
+                if subscribed:
+                    results[(topic, partition)] = ErrorCode.group_subscribed_to_topic
+                    continue
+                results[(topic, partition)] = ErrorCode.none
+                if offsets.pop((topic, partition), None) is not None:
+                    removed.append((topic, partition))
+        if removed:
+            try:
+                await self._state.writer.submit([DeleteOffsets(group_id, tuple(removed))])
+            except StoreWriteError:
+                return STORE_FAILURE, {}
+            log.info("deleted offsets of group %s: %s", group_id, removed)
+        return ErrorCode.none, results

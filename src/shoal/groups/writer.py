@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shoal.groups.offsets import Mutation
+from shoal.store.groups import Mutation
 
 log = logging.getLogger(__name__)
 

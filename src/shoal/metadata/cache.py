@@ -5,13 +5,13 @@ from __future__ import annotations
 import threading
 
 from shoal.metadata.image import MetadataImage
-from shoal.metadata.log import SqliteMetadataStore
+from shoal.metadata.log import MetadataStore
 
 
 class MetadataCache:
     """Holds the latest image; ``catch_up`` applies records appended since (blocking: call off-loop)."""
 
-    def __init__(self, store: SqliteMetadataStore) -> None:
+    def __init__(self, store: MetadataStore) -> None:
         self._store = store
         self._lock = threading.Lock()
         self.image = MetadataImage()

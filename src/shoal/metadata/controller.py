@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from shoal.config import Config, ConfigError, validate_topic_configs
 from shoal.metadata.image import MetadataImage
-from shoal.metadata.log import SqliteMetadataStore
+from shoal.metadata.log import MetadataStore
 from shoal.metadata.records import (
     ConfigRecord,
     MetadataRecord,
@@ -73,7 +73,7 @@ class Controller:
 
     LEASE_TTL_MS = 30_000
 
-    def __init__(self, store: SqliteMetadataStore, config: Config, image: Callable[[], MetadataImage]) -> None:
+    def __init__(self, store: MetadataStore, config: Config, image: Callable[[], MetadataImage]) -> None:
         self._store = store
         self._config = config
         self._image = image

@@ -27,10 +27,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from shoal.coordinator.sqlite import SqliteBatchCoordinator
+from shoal.config import Config
 from shoal.pipeline.compaction_plan import CompactionPlan, plan_outputs
 from shoal.pipeline.compaction_task import OutputResult, TaskSettings, compact_output
-from shoal.pipeline.topics import metadata_db
+from shoal.pipeline.stores import open_coordinator
 
 __all__ = ["CompactionOptions", "CompactionResult", "compact", "plan_compaction"]
 
@@ -82,9 +82,9 @@ class CompactionResult:
         return asdict(self)
 
 
-def plan_compaction(metadata_path: str, options: CompactionOptions) -> CompactionPlan:
+def plan_compaction(store: Config, options: CompactionOptions) -> CompactionPlan:
     """Candidates and their live batches from the coordinator, laid out into outputs."""
-    coordinator = SqliteBatchCoordinator(metadata_db(metadata_path))
+    coordinator = open_coordinator(store)
     try:
         candidates = coordinator.list_compaction_candidates(
             options.min_age_ms, options.small_bytes(), options.max_objects
@@ -97,7 +97,7 @@ def plan_compaction(metadata_path: str, options: CompactionOptions) -> Compactio
 
 def compact(
     spark: Any | None,
-    metadata_path: str,
+    store: Config,
     storage_url: str,
     options: CompactionOptions,
     *,
@@ -111,14 +111,14 @@ def compact(
     """
     started = time.monotonic()
     if plan is None:
-        plan = plan_compaction(metadata_path, options)
+        plan = plan_compaction(store, options)
     result = CompactionResult(dry_run, plan.summary(), plan_s=round(time.monotonic() - started, 3))
     if dry_run or not plan.outputs:
         result.elapsed_s = result.plan_s
         return result
     if spark is None:
         raise ValueError("a compaction run needs a SparkSession")
-    settings = TaskSettings(metadata_path, storage_url, options.max_replace_delay_ms)
+    settings = TaskSettings(store, storage_url, options.max_replace_delay_ms)
     sc = spark.sparkContext
     sc.setJobDescription(f"shoal compaction: {len(plan.outputs)} output objects")
     try:

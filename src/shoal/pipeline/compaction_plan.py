@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from shoal.coordinator.api import BatchInfo, ObjectCandidate
-from shoal.diskless.wal import WAL_HEADER_SIZE
+from shoal.records.wal import WAL_HEADER_SIZE
 
 __all__ = ["CompactionPlan", "OutputPlan", "PlannedBatch", "plan_outputs"]
 

@@ -29,16 +29,15 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from shoal.config import Config
 from shoal.coordinator.api import BatchMove, TopicIdPartition
-from shoal.coordinator.sqlite import SqliteBatchCoordinator
-from shoal.diskless.append import new_wal_key
-from shoal.diskless.read import COALESCE_GAP_BYTES
-from shoal.diskless.wal import build_segment
 from shoal.objects.factory import open_object_storage
+from shoal.objects.ranges import coalesce_ranges
 from shoal.objects.storage import ByteRange, ObjectNotFoundError, ObjectStorage
 from shoal.pipeline.compaction_plan import OutputPlan, PlannedBatch
-from shoal.pipeline.topics import metadata_db
+from shoal.pipeline.stores import open_coordinator
 from shoal.records.batch import HEADER_SIZE, LOG_OVERHEAD, crc_of, read_header
+from shoal.records.wal import build_segment, new_wal_key
 
 __all__ = ["COMPACTION_UPLOADER_ID", "OutputResult", "TaskSettings", "compact_output", "verify_batch"]
 
@@ -50,7 +49,7 @@ GET_CONCURRENCY = 8
 
 @dataclass(frozen=True, slots=True)
 class TaskSettings:
-    metadata_path: str
+    store: Config
     storage_url: str
     max_replace_delay_ms: int
 
@@ -97,21 +96,7 @@ def verify_batch(data: bytes | memoryview, expected_size: int) -> str | None:
 
 def _spans(batches: Sequence[PlannedBatch]) -> list[tuple[str, int, int]]:
     """(key, start, end) GETs: one per run of batches of an object less than 1 MiB apart."""
-    by_object: dict[str, list[tuple[int, int]]] = {}
-    for b in batches:
-        by_object.setdefault(b.object_key, []).append((b.byte_offset, b.byte_offset + b.byte_size))
-    spans: list[tuple[str, int, int]] = []
-    for key, ranges in by_object.items():
-        ranges.sort()
-        start, end = ranges[0]
-        for r_start, r_end in ranges[1:]:
-            if r_start - end <= COALESCE_GAP_BYTES:
-                end = max(end, r_end)
-            else:
-                spans.append((key, start, end))
-                start, end = r_start, r_end
-        spans.append((key, start, end))
-    return spans
+    return coalesce_ranges((b.object_key, b.byte_offset, b.byte_offset + b.byte_size) for b in batches)
 
 
 async def _read(
@@ -183,7 +168,7 @@ async def _run(plan: OutputPlan, settings: TaskSettings, result: OutputResult) -
             for p in placed
             for b in (keep[p.index],)
         ]  # fmt: skip
-        coordinator = SqliteBatchCoordinator(metadata_db(settings.metadata_path))
+        coordinator = open_coordinator(settings.store)
         try:
             replaced = await asyncio.to_thread(
                 coordinator.replace_batches, key, len(segment), moves, COMPACTION_UPLOADER_ID

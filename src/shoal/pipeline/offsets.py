@@ -37,8 +37,8 @@ class OffsetLookup:
     def _for(self, src: PartitionSource) -> _Lookup:
         if src.via == STORAGE:
             if self._storage is None:
-                assert self._opts.metadata_path and self._opts.storage_url
-                self._storage = DisklessRangeReader(self._opts.metadata_path, self._opts.storage_url)
+                assert self._opts.store is not None and self._opts.storage_url
+                self._storage = DisklessRangeReader(self._opts.store, self._opts.storage_url)
             return self._storage
         if self._broker is None:
             assert self._opts.bootstrap_servers

@@ -14,6 +14,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from shoal.config import Config
+from shoal.pipeline.errors import OptionError
+from shoal.pipeline.stores import find_store_config
+from shoal.store.factory import object_storage_url
+
 __all__ = [
     "EARLIEST",
     "LATEST",
@@ -52,10 +57,8 @@ _FORBIDDEN_KAFKA = frozenset(
     }
 )
 _READ_VIA = ("auto", "storage", "broker")
-
-
-class OptionError(ValueError):
-    """An option is missing, unknown in value, or inconsistent with another one."""
+#: ``shoal.override.<config>=value``: a broker config over the one ``shoal.config``/``shoal.data.dir`` gives.
+_OVERRIDE = "shoal.override."
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +115,8 @@ class ReadOptions:
     max_offsets_per_trigger: int | None = None
     min_partitions: int | None = None
     max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
-    metadata_path: str | None = None
+    #: The configuration naming Shoal's stores (None: read through the brokers only).
+    store: Config | None = None
     storage_url: str | None = None
     bootstrap_servers: str | None = None
     read_via: str = "auto"
@@ -308,20 +312,30 @@ def parse_read_options(opts: Mapping[str, str], *, streaming: bool) -> ReadOptio
     read_via = str(lowered.get("shoal.readvia", "auto")).strip().lower()
     if read_via not in _READ_VIA:
         raise OptionError(f"shoal.readVia must be one of {', '.join(_READ_VIA)}, got {read_via!r}")
-    metadata_path = lowered.get("shoal.metadata.path") or None
-    storage_url = lowered.get("shoal.storage.url") or None
-    if read_via == "storage" and not (metadata_path and storage_url):
-        raise OptionError("shoal.readVia=storage needs shoal.metadata.path and shoal.storage.url")
     if read_via == "broker" and not bootstrap:
         raise OptionError("shoal.readVia=broker needs kafka.bootstrap.servers")
-    if not metadata_path and not bootstrap:
-        raise OptionError(
-            "set shoal.metadata.path (and shoal.storage.url) to read diskless topics from object storage, "
-            "and/or kafka.bootstrap.servers to read through the brokers"
+    # The stores are needed unless every partition is read through the brokers.
+    store = None
+    if read_via != "broker":
+        store = find_store_config(
+            lowered.get("shoal.config") or None,
+            lowered.get("shoal.data.dir") or None,
+            lowered.get("shoal.metadata.path") or None,
+            overrides=[f"{k[len(_OVERRIDE):]}={v}" for k, v in lowered.items() if k.startswith(_OVERRIDE)],
+            required=not bootstrap,
         )
-    if metadata_path and not storage_url and read_via != "broker" and not bootstrap:
+    storage_url = lowered.get("shoal.storage.url") or None
+    if storage_url is None and store is not None and not lowered.get("shoal.metadata.path"):
+        # A metadata dir alone does not say where the objects are; a configuration does.
+        storage_url = object_storage_url(store)
+    if store is not None and storage_url is None and not bootstrap:
         raise OptionError(
             "shoal.metadata.path needs shoal.storage.url to read diskless topics from object storage"
+        )
+    if read_via == "storage" and store is None:
+        raise OptionError(
+            "shoal.readVia=storage needs Shoal's stores: set shoal.config or shoal.data.dir "
+            "(or run where ./shoal-data is)"
         )
     return ReadOptions(
         subscription=subscription,
@@ -334,7 +348,7 @@ def parse_read_options(opts: Mapping[str, str], *, streaming: bool) -> ReadOptio
         max_partition_bytes=_int_or(
             lowered, "shoal.maxBytesPerPartition", DEFAULT_MAX_PARTITION_BYTES, minimum=1
         ),
-        metadata_path=metadata_path,
+        store=store,
         storage_url=storage_url,
         bootstrap_servers=bootstrap,
         read_via=read_via,

@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from shoal.coordinator.api import FindBatchRequest, TopicIdPartition
-from shoal.coordinator.sqlite import SqliteBatchCoordinator
+from shoal.config import Config
+from shoal.coordinator.api import BatchCoordinator, FindBatchRequest, TopicIdPartition
 from shoal.pipeline.options import TopicPartition
-from shoal.pipeline.topics import STORAGE, PartitionSource, metadata_db
+from shoal.pipeline.stores import open_coordinator
+from shoal.pipeline.topics import STORAGE, PartitionSource
 from shoal.protocol.errors import ErrorCode
 
 __all__ = ["ReadRange", "plan_ranges"]
@@ -33,7 +34,7 @@ class ReadRange:
     size: int = -1
 
 
-def _split_by_size(coordinator: SqliteBatchCoordinator, rng: ReadRange, max_bytes: int) -> list[ReadRange]:
+def _split_by_size(coordinator: BatchCoordinator, rng: ReadRange, max_bytes: int) -> list[ReadRange]:
     src = rng.source
     tip = TopicIdPartition(src.topic_uuid(), src.partition, src.topic)
     pieces: list[ReadRange] = []
@@ -73,15 +74,15 @@ def plan_ranges(
     starts: Mapping[TopicPartition, int],
     ends: Mapping[TopicPartition, int],
     *,
-    metadata_path: str | None,
+    store: Config | None,
     max_partition_bytes: int,
     min_partitions: int | None,
 ) -> list[ReadRange]:
     """Input ranges for every partition with ``start < end``, in (topic, partition, offset) order."""
     ranges = [ReadRange(p, starts[p.tp], ends[p.tp]) for p in partitions if starts[p.tp] < ends[p.tp]]
     if any(r.source.via == STORAGE for r in ranges):
-        assert metadata_path is not None
-        coordinator = SqliteBatchCoordinator(metadata_db(metadata_path))
+        assert store is not None
+        coordinator = open_coordinator(store)
         try:
             sized: list[ReadRange] = []
             for r in ranges:

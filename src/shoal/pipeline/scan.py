@@ -25,10 +25,8 @@ def scan_range(opts: ReadOptions, rng: ReadRange) -> Iterator[pa.RecordBatch]:
     """The records of ``rng`` as Arrow batches in Spark's Kafka source schema, in offset order."""
     src = rng.source
     if src.via == STORAGE:
-        assert opts.metadata_path and opts.storage_url
-        reader: DisklessRangeReader | BrokerRangeReader = DisklessRangeReader(
-            opts.metadata_path, opts.storage_url
-        )
+        assert opts.store is not None and opts.storage_url
+        reader: DisklessRangeReader | BrokerRangeReader = DisklessRangeReader(opts.store, opts.storage_url)
     else:
         assert opts.bootstrap_servers
         reader = BrokerRangeReader(opts.bootstrap_servers, opts.kafka_conf, opts.poll_timeout_ms)

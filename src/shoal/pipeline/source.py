@@ -173,7 +173,7 @@ class ShoalBatchReader(DataSourceReader):
             sources,
             starts,
             ends,
-            metadata_path=opts.metadata_path,
+            store=opts.store,
             max_partition_bytes=opts.max_partition_bytes,
             min_partitions=opts.min_partitions,
         )
@@ -282,7 +282,7 @@ class ShoalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             chosen,
             starts,
             stop,
-            metadata_path=self._opts.metadata_path,
+            store=self._opts.store,
             max_partition_bytes=self._opts.max_partition_bytes,
             min_partitions=self._opts.min_partitions,
         )

@@ -2,7 +2,7 @@
 
 The same path a broker's Fetch takes, done in a Spark task: the Batch Coordinator says
 where each batch lives, neighbouring batches of one object are read with one ranged GET
-(``shoal.diskless.read.plan_ranges``), each batch's CRC is checked, its coordinator-assigned
+(``shoal.objects.ranges``, as the broker plans them), each batch's CRC is checked, its coordinator-assigned
 base offset (and, for LogAppendTime topics, the append time) is stamped in, and the records
 are decoded, whatever the codec. The next chunk's GETs run while the current one decodes.
 """
@@ -16,17 +16,18 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
+from shoal.config import Config
 from shoal.coordinator.api import (
     BatchInfo,
     FindBatchRequest,
     ListOffsetsRequest,
     TopicIdPartition,
 )
-from shoal.coordinator.sqlite import SqliteBatchCoordinator
-from shoal.diskless.read import plan_ranges
 from shoal.objects.factory import open_object_storage
+from shoal.objects.ranges import coalesce_ranges
 from shoal.objects.storage import ByteRange, ObjectNotFoundError, ObjectStorage
-from shoal.pipeline.topics import PartitionSource, metadata_db
+from shoal.pipeline.stores import open_coordinator
+from shoal.pipeline.topics import PartitionSource
 from shoal.protocol.errors import ErrorCode, KafkaError
 from shoal.records.batch import ATTRIBUTES_OFFSET, TIMESTAMP_TYPE_FLAG, read_header, stamp_batch
 from shoal.records.codec import Record, decode_batch
@@ -64,8 +65,8 @@ def _data_loss(message: str) -> DataLossError:
 class DisklessRangeReader:
     """Opens the coordinator (read-only use) and the object storage once per task; ``close`` them after."""
 
-    def __init__(self, metadata_path: str, storage_url: str, *, chunk_bytes: int = CHUNK_BYTES) -> None:
-        self._coordinator = SqliteBatchCoordinator(metadata_db(metadata_path))
+    def __init__(self, store: Config, storage_url: str, *, chunk_bytes: int = CHUNK_BYTES) -> None:
+        self._coordinator = open_coordinator(store)
         self._storage: ObjectStorage = open_object_storage(storage_url)
         self._chunk_bytes = chunk_bytes
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shoal-prefetch")
@@ -190,7 +191,7 @@ class DisklessRangeReader:
         return self._pool.submit(asyncio.run, self._fetch(step))
 
     async def _fetch(self, step: _Step) -> dict[tuple[str, int], bytes]:
-        spans = plan_ranges(step.batches)
+        spans = coalesce_ranges(b.byte_range for b in step.batches)
         limit = asyncio.Semaphore(GET_CONCURRENCY)
 
         async def get(key: str, start: int, end: int) -> bytes:

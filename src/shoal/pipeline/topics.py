@@ -1,7 +1,7 @@
 """Which topic-partitions a read covers, and how each is read (object storage or brokers).
 
-With ``shoal.metadata.path`` the driver reads the cluster metadata log itself (the same
-SQLite file the broker writes), so it knows which topics are diskless and their topic ids,
+With the stores (``shoal.config``, ``shoal.data.dir``, ``./shoal-data``; see ``stores.py``)
+the driver reads the cluster metadata log itself, through the store factory, so it knows which topics are diskless and their topic ids,
 with no broker round trip. Without it, Metadata from the brokers lists the topics and every
 partition is read through the brokers.
 """
@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 
-from shoal.metadata.cache import MetadataCache
-from shoal.metadata.image import MetadataImage
-from shoal.metadata.log import SqliteMetadataStore
 from shoal.pipeline.options import OptionError, ReadOptions, Subscription, TopicPartition
+from shoal.pipeline.stores import load_image
 
-__all__ = ["PartitionSource", "TopicInfo", "load_image", "resolve_partitions", "list_topics"]
+__all__ = ["PartitionSource", "TopicInfo", "resolve_partitions", "list_topics"]
 
 STORAGE = "storage"
 BROKER = "broker"
@@ -49,29 +46,10 @@ class PartitionSource:
         return uuid.UUID(self.topic_id)
 
 
-def metadata_db(path: str) -> Path:
-    """The shoal.db file; refuses a missing one instead of letting SQLite create an empty database."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / "shoal.db"
-    if not p.is_file():
-        raise OptionError(f"shoal.metadata.path: no Shoal metadata database at {p}")
-    return p
-
-
-def load_image(metadata_path: str) -> MetadataImage:
-    """The current MetadataImage, replayed from the metadata log."""
-    store = SqliteMetadataStore(metadata_db(metadata_path))
-    try:
-        return MetadataCache(store).catch_up()
-    finally:
-        store.close()
-
-
 def list_topics(opts: ReadOptions) -> dict[str, TopicInfo]:
     """Every topic of the cluster, from the metadata log or else from the brokers."""
-    if opts.metadata_path:
-        image = load_image(opts.metadata_path)
+    if opts.store is not None:
+        image = load_image(opts.store)
         return {
             t.name: TopicInfo(t.name, str(t.topic_id), tuple(sorted(t.partitions)), t.is_diskless)
             for t in image.topics_by_name.values()

@@ -14,31 +14,23 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from shoal.classic.replica_manager import ReplicaManager
 from shoal.config import Config
-from shoal.coordinator.api import BatchCoordinator, CreateTopicAndPartitionsRequest
-from shoal.coordinator.sqlite import SqliteBatchCoordinator
-from shoal.diskless.append import Appender
-from shoal.diskless.cache import RangeCache
-from shoal.diskless.cleaner import ObjectCleaner
-from shoal.diskless.notify import CommitNotifier
-from shoal.diskless.read import DisklessReader
-from shoal.diskless.retention import RetentionTask
 from shoal.groups.coordinator import GroupConfig, GroupCoordinator
 from shoal.metadata.cache import MetadataCache
 from shoal.metadata.controller import Controller
-from shoal.metadata.log import SqliteMetadataStore
 from shoal.objects.factory import open_object_storage
 from shoal.objects.storage import ObjectStorage
 from shoal.observability.metrics import BrokerMetrics, MetricsServer, start_metrics_server
+from shoal.partitions.factory import build_partitions
+from shoal.partitions.manager import Partitions
 from shoal.server.connection import serve_connection
 from shoal.server.context import ServerContext
 from shoal.server.dispatch import dispatch
+from shoal.store.factory import Stores, object_storage_url, open_stores
 from shoal.txn.producer_ids import ProducerIdManager
 
 log = logging.getLogger(__name__)
 
-METADATA_DB = "shoal.db"
 METADATA_POLL_S = 0.5
 LEASE_RENEW_S = 10.0
 SHUTDOWN_DRAIN_S = 1.0  # time for answered produce requests to reach their clients
@@ -71,10 +63,9 @@ class Broker:
         self.ctx: ServerContext | None = None
         self._storage: ObjectStorage | None = None
         self._groups: GroupCoordinator | None = None
-        self._retention: RetentionTask | None = None
-        self._cleaner: ObjectCleaner | None = None
         self._metrics_server: MetricsServer | None = None
-        self._replicas: ReplicaManager | None = None
+        self._partitions: Partitions | None = None
+        self._stores: Stores | None = None
         #: Set when the broker must stop on its own (every log dir failed), as Kafka halts.
         self.fatal = asyncio.Event()
 
@@ -83,14 +74,13 @@ class Broker:
 
     async def start(self) -> None:
         config = self.config
-        metadata_dir = config.metadata_dir
         listen = parse_listener(config["listeners"][0])
         advertised = parse_listener((config["advertised.listeners"] or config["listeners"])[0])
         if not advertised.host:
             advertised = Endpoint(socket.gethostname(), advertised.port)
 
-        store = await self.run_blocking(SqliteMetadataStore, metadata_dir / METADATA_DB)
-        self._store = store
+        self._stores = stores = await self.run_blocking(open_stores, config)
+        store = stores.metadata
         cluster_id = await self.run_blocking(store.cluster_id)
         metadata = MetadataCache(store)
         await self.run_blocking(metadata.catch_up)
@@ -104,68 +94,14 @@ class Broker:
             )
             await self.run_blocking(metadata.catch_up)
 
-        self._replicas = replicas = ReplicaManager(
-            config, self.node_id, cluster_id, self.run_blocking, lambda: metadata.image, self._halt
-        )
-        await replicas.start()
-
-        coordinator: BatchCoordinator = await self.run_blocking(SqliteBatchCoordinator, metadata_dir / METADATA_DB)
-        self._coordinator = coordinator
-        if config["diskless.coordinator.fault.control.file"]:
-            from shoal.coordinator.faulty import FaultyBatchCoordinator  # failure testing only
-
-            coordinator = FaultyBatchCoordinator(
-                coordinator, control_file=config["diskless.coordinator.fault.control.file"]
-            )
-        storage_url = config["diskless.storage.url"] or str((metadata_dir / "diskless-objects").resolve())
+        storage_url = object_storage_url(config)
         self._storage = storage = open_object_storage(storage_url)
-        # The metadata log is the truth about which topics exist: make sure every diskless
-        # topic has its logs in the coordinator (a crash between the two writes heals here).
-        diskless = {
-            CreateTopicAndPartitionsRequest(t.topic_id, t.name, len(t.partitions))
-            for t in metadata.image.topics_by_name.values()
-            if t.is_diskless
-        }
-        if diskless:
-            await self.run_blocking(coordinator.create_topic_and_partitions, diskless)
-
-        cache = RangeCache(config["diskless.fetch.cache.max.bytes"])
         self.metrics = metrics = BrokerMetrics()
-        metrics.track_cache(cache)
-        metrics.track_log_dirs(replicas.logs)
-        notifier = CommitNotifier()
-        appender = Appender(
-            storage,
-            coordinator,
-            self.run_blocking,
-            self.node_id,
-            config["diskless.append.commit.interval.ms"],
-            config["diskless.append.buffer.max.bytes"],
-            cache,
-            notifier.committed,
-            metrics,
+        self._partitions = partitions = build_partitions(
+            config, self.node_id, cluster_id, lambda: metadata.image, stores.coordinator, storage, metrics,
+            self.run_blocking, self._halt,
         )
-        appender.start()
-        reader = DisklessReader(storage, coordinator, self.run_blocking, cache, metrics)
-        self._retention = RetentionTask(
-            coordinator,
-            self.run_blocking,
-            lambda: metadata.image,
-            config.topic_default,
-            interval_ms=config["log.retention.check.interval.ms"],
-            metrics=metrics,
-        )
-        self._retention.start()
-        self._cleaner = ObjectCleaner(
-            storage,
-            coordinator,
-            self.run_blocking,
-            interval_ms=config["diskless.object.cleaner.interval.ms"],
-            delete_grace_ms=config["diskless.object.delete.grace.ms"],
-            orphan_min_age_ms=config["diskless.object.orphan.min.age.ms"],
-            metrics=metrics,
-        )
-        self._cleaner.start()
+        await partitions.start()
         if config["metrics.http.port"] >= 0:
             self._metrics_server = start_metrics_server(
                 metrics.registry, config["metrics.http.host"], config["metrics.http.port"]
@@ -177,7 +113,7 @@ class Broker:
             return None if topic is None else topic.topic_id
 
         groups = await GroupCoordinator.open(
-            metadata_dir / METADATA_DB, self.run_blocking, GroupConfig.from_config(config), topic_id_of
+            stores.groups, self.run_blocking, GroupConfig.from_config(config), topic_id_of
         )
         groups.start()
         self._groups = groups
@@ -188,16 +124,12 @@ class Broker:
             rack=config["broker.rack"],
             metadata=metadata,
             controller=controller,
-            coordinator=coordinator,
-            appender=appender,
-            reader=reader,
-            notifier=notifier,
+            partitions=partitions,
             producer_ids=None,  # type: ignore[arg-type]  # set just below: it needs ctx.control
             run_blocking=self.run_blocking,
             controller_lock=asyncio.Lock(),
             groups=groups,
             metrics=metrics,
-            replicas=replicas,
         )
         ctx.producer_ids = ProducerIdManager(lambda: ctx.control(controller.allocate_producer_ids))
         self.ctx = ctx
@@ -222,7 +154,7 @@ class Broker:
             "Shoal broker %d started (cluster %s): listening on %s:%d, advertised %s:%d, metadata in %s, "
             "objects in %s",
             self.node_id, cluster_id, listen.host or "*", listen.port, advertised.host, advertised.port,
-            metadata_dir, storage_url,
+            stores.location, storage_url,
         )
 
     def _halt(self, reason: str) -> None:
@@ -252,20 +184,14 @@ class Broker:
         log.info("Shoal broker %d shutting down", self.node_id)
         if self._server is not None:
             self._server.close()
-        if self.ctx is not None:
-            # Flushes the active WAL segment and waits for its upload and commit, so every
-            # request already accepted is answered with its real outcome.
-            await self.ctx.appender.close()
-        if self._retention is not None:
-            await self._retention.stop()
-        if self._cleaner is not None:
-            await self._cleaner.stop()
+        if self._partitions is not None:
+            # Diskless first: the active WAL segment is flushed and its upload and commit awaited,
+            # so every request already accepted is answered with its real outcome.
+            await self._partitions.stop()
         if self._groups is not None:
             # Parked JoinGroup/SyncGroup requests are answered (NOT_COORDINATOR) and pending
             # offset commits reach the store before connections are closed.
             await self._groups.close()
-        if self._replicas is not None:
-            await self._replicas.stop()
         if self._connections:
             _, still_open = await asyncio.wait(list(self._connections), timeout=SHUTDOWN_DRAIN_S)
             for task in still_open:
@@ -277,9 +203,8 @@ class Broker:
                 await task
         if self._storage is not None:
             await self._storage.close()
-        if self.ctx is not None:
-            self._coordinator.close()
-            self._store.close()
+        if self._stores is not None:
+            self._stores.close()
         self._executor.shutdown(wait=True)
         if self._metrics_server is not None:
             self._metrics_server.close()

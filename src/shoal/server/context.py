@@ -1,7 +1,7 @@
 """What request handlers may use: the broker's services, read through one object.
 
-Handlers get this context and the decoded request; they translate between the
-wire and the topic kinds and hold no storage logic of their own.
+Handlers get this context and the decoded request; they translate between the wire
+and ``partitions`` (or groups, the controller) and hold no storage logic of their own.
 """
 
 from __future__ import annotations
@@ -11,17 +11,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from shoal.classic.replica_manager import ReplicaManager
 from shoal.config import Config
-from shoal.coordinator.api import BatchCoordinator, TopicIdPartition
-from shoal.diskless.append import Appender
-from shoal.diskless.notify import CommitNotifier
-from shoal.diskless.read import DisklessReader
 from shoal.groups.coordinator import GroupCoordinator
 from shoal.metadata.cache import MetadataCache
 from shoal.metadata.controller import Controller
-from shoal.metadata.image import MetadataImage, TopicImage
+from shoal.metadata.image import MetadataImage
 from shoal.observability.metrics import BrokerMetrics
+from shoal.partitions.manager import Partitions
 from shoal.txn.producer_ids import ProducerIdManager
 
 T = TypeVar("T")
@@ -35,16 +31,12 @@ class ServerContext:
     rack: str | None
     metadata: MetadataCache
     controller: Controller
-    coordinator: BatchCoordinator
-    appender: Appender
-    reader: DisklessReader
-    notifier: CommitNotifier
+    partitions: Partitions
     producer_ids: ProducerIdManager
     run_blocking: Callable[..., Awaitable[Any]]
     controller_lock: asyncio.Lock
     groups: GroupCoordinator
     metrics: BrokerMetrics
-    replicas: ReplicaManager
 
     @property
     def image(self) -> MetadataImage:
@@ -57,7 +49,3 @@ class ServerContext:
                 return await self.run_blocking(operation, *args)
             finally:
                 await self.run_blocking(self.metadata.catch_up)
-
-    @staticmethod
-    def partition_key(topic: TopicImage, partition: int) -> TopicIdPartition:
-        return TopicIdPartition(topic.topic_id, partition, topic.name)

@@ -7,7 +7,6 @@ import logging
 from typing import Any
 
 from shoal.config import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigType, format_value
-from shoal.coordinator.api import CreateTopicAndPartitionsRequest
 from shoal.metadata.controller import CreatedTopic, NewTopic
 from shoal.metadata.records import ConfigRecord
 from shoal.protocol.apis import RequestHeader, response_class
@@ -79,18 +78,14 @@ async def handle_create_topics(ctx: ServerContext, header: RequestHeader, reques
 
 
 async def create_topic(ctx: ServerContext, new_topic: NewTopic) -> CreatedTopic:
-    """Record a topic in the metadata log and create its storage: logs in the Batch Coordinator
-    (diskless) or this broker's replicas on disk (classic). Raises KafkaError when refused."""
+    """Record a topic in the metadata log, then have ``partitions`` create its storage.
+    Raises KafkaError when refused."""
     created, _ = await ctx.control(ctx.controller.create_topic, new_topic)
-    if created.is_diskless:
-        await ctx.run_blocking(
-            ctx.coordinator.create_topic_and_partitions,
-            {CreateTopicAndPartitionsRequest(created.topic_id, created.name, created.num_partitions)},
-        )
-    else:
-        await ctx.replicas.create_partitions(ctx.image.topic(created.name), is_new=True)
+    topic = ctx.image.topic(created.name)
+    assert topic is not None  # the controller's write is in the image (ctx.control caught up)
+    await ctx.partitions.create_topic(topic, is_new=True)
     log.info("created %s topic %s (%s) with %d partitions, configs %s",
-             "diskless" if created.is_diskless else "classic", created.name, created.topic_id,
+             ctx.partitions.describe_kind(topic), created.name, created.topic_id,
              created.num_partitions, dict(created.configs))
     return created
 
@@ -127,11 +122,7 @@ async def handle_delete_topics(ctx: ServerContext, header: RequestHeader, reques
                     raise KafkaError(ErrorCode.unknown_topic_id, f"Topic id {topic_id} does not exist")
                 raise KafkaError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
             await ctx.control(ctx.controller.delete_topic, topic.topic_id)
-            if topic.is_diskless:
-                await ctx.run_blocking(ctx.coordinator.delete_topics, {topic.topic_id})
-            else:
-                await ctx.replicas.delete_topic(topic)
-            ctx.metrics.forget_topic(topic.name)
+            await ctx.partitions.delete_topic(topic)
             log.info("deleted topic %s (%s)", topic.name, topic.topic_id)
             fields.update(name=topic.name, topic_id=topic.topic_id, error_code=ErrorCode.none)
         except KafkaError as exc:
@@ -246,8 +237,8 @@ async def _alter_configs(ctx: ServerContext, header: RequestHeader, request: Any
                 desired = {c.name: c.value for c in resource.configs}
             await ctx.control(ctx.controller.alter_topic_configs, topic.name, desired, request.validate_only)
             altered = ctx.image.topic(topic.name)
-            if not request.validate_only and altered is not None and not altered.is_diskless:
-                ctx.replicas.update_topic_config(altered)
+            if not request.validate_only and altered is not None:
+                ctx.partitions.topic_config_changed(altered)
             if not request.validate_only:
                 log.info("altered configs of topic %s: %s", topic.name, desired)
         except KafkaError as exc:

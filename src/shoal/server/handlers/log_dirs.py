@@ -24,7 +24,7 @@ async def handle_describe_log_dirs(ctx: ServerContext, header: RequestHeader, re
     if request.topics is not None:
         wanted = [(t.topic, p) for t in request.topics for p in t.partitions]
     results = []
-    for described in await ctx.replicas.describe_log_dirs(wanted):
+    for described in await ctx.partitions.describe_log_dirs(wanted):
         topics: dict[str, list[Any]] = {}
         for replica in described.replicas:
             topics.setdefault(replica.topic, []).append(
@@ -49,20 +49,12 @@ async def handle_alter_replica_log_dirs(ctx: ServerContext, header: RequestHeade
     topic_cls = nested(cls, "AlterReplicaLogDirTopicResult")
     partition_cls = nested(cls, "AlterReplicaLogDirPartitionResult")
     results: dict[str, list[Any]] = {}
-    image = ctx.image
     for wanted_dir in request.dirs:
         for t in wanted_dir.topics:
-            topic = image.topic(t.name)
             for partition in t.partitions:
                 error = ErrorCode.none
                 try:
-                    if topic is None or partition not in topic.partitions:
-                        raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{t.name}-{partition} does not exist")
-                    if topic.is_diskless:
-                        raise KafkaError(
-                            ErrorCode.invalid_request, f"{t.name} is diskless: its data is in object storage"
-                        )
-                    await ctx.replicas.alter_log_dir(t.name, partition, wanted_dir.path)
+                    await ctx.partitions.alter_log_dir(t.name, partition, wanted_dir.path)
                     log.info("moving %s-%d to log dir %s", t.name, partition, wanted_dir.path)
                 except KafkaError as exc:
                     log.info("AlterReplicaLogDirs %s-%d -> %s refused: %s", t.name, partition, wanted_dir.path,

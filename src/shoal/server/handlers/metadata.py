@@ -1,7 +1,7 @@
 """Metadata (3, v0-v14), DescribeTopicPartitions (75) and DescribeCluster (60).
 
 Metadata v14 is KIP-1163's: the client sends its rack, and diskless partitions
-answer ``IsDiskless`` and ``PreferredProduceBrokers``. Older clients can put
+answer ``IsDiskless`` and ``PreferredProduceBrokers`` (``partitions.views`` shapes them). Older clients can put
 ``diskless_rack_id=<rack>`` in their client id to get a leader in their rack.
 """
 
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import datetime
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 from shoal.metadata.controller import NewTopic
-from shoal.metadata.image import BrokerImage, MetadataImage, PartitionImage, TopicImage
+from shoal.metadata.image import BrokerImage, MetadataImage
+from shoal.partitions.views import partition_fields, topic_fields
 from shoal.protocol.apis import RequestHeader, response_class
 from shoal.protocol.build import make, nested
 from shoal.protocol.errors import ErrorCode, KafkaError
@@ -34,56 +34,12 @@ def client_rack(header: RequestHeader, request: Any) -> str | None:
     return rack
 
 
-def preferred_brokers(image: MetadataImage, partition: PartitionImage, rack: str | None) -> list[int]:
-    """KIP-1163 rack-aware choice for a diskless partition: alive brokers in the client's rack
-    (all alive brokers when none is there), rotated by partition index for round-robin spread."""
-    brokers = sorted(image.brokers)
-    in_rack = [b for b in brokers if rack is not None and image.brokers[b].rack == rack]
-    candidates = in_rack or brokers
-    if not candidates:
-        return []
-    start = partition.partition % len(candidates)
-    return candidates[start:] + candidates[:start]
-
-
-def _partition_view(
-    image: MetadataImage,
-    topic: TopicImage,
-    partition: PartitionImage,
-    rack: str | None,
-    offline: Mapping[tuple[str, int], object],
-    node_id: int,
-) -> dict:
-    """One partition as Metadata and DescribeTopicPartitions show it. A classic replica on a failed
-    log dir of this broker is listed in ``offline_replicas`` and leaves the ISR (KIP-112)."""
-    offline_here = (topic.name, partition.partition) in offline
-    view = {
-        "error_code": ErrorCode.none,
-        "partition_index": partition.partition,
-        "leader_id": partition.leader,
-        "leader_epoch": partition.leader_epoch,
-        "replica_nodes": partition.replicas,
-        "isr_nodes": tuple(b for b in partition.isr if not (offline_here and b == node_id)),
-        "offline_replicas": (node_id,) if offline_here else (),
-        "preferred_produce_brokers": (),
-        "eligible_leader_replicas": (),
-        "last_known_elr": (),
-    }
-    if topic.is_diskless:
-        preferred = preferred_brokers(image, partition, rack)
-        view["preferred_produce_brokers"] = tuple(preferred)
-        if rack is not None and preferred:
-            # Any broker serves a diskless partition: the one in the client's rack acts as its leader.
-            view["leader_id"] = preferred[0]
-    return view
-
-
 async def handle_metadata(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     image = ctx.image
     cls = response_class(header.api_key, header.api_version)
     topic_cls, partition_cls = nested(cls, "MetadataResponseTopic"), nested(cls, "MetadataResponsePartition")
     rack = client_rack(header, request)
-    offline = ctx.replicas.offline_partitions()
+    offline = ctx.partitions.offline_partitions()
     if request.topics is None or (header.api_version == 0 and not request.topics):
         wanted: list[tuple[str | None, Any]] = [(t.name, t.topic_id) for t in image.topics_by_name.values()]
     else:
@@ -110,7 +66,7 @@ async def handle_metadata(ctx: ServerContext, header: RequestHeader, request: An
                                partitions=(), topic_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS))
             continue
         partitions = tuple(
-            make(partition_cls, **_partition_view(image, topic, p, rack, offline, ctx.node_id))
+            make(partition_cls, **partition_fields(image, topic, p, rack, offline, ctx.node_id))
             for p in sorted(topic.partitions.values(), key=lambda p: p.partition)
         )
         topics.append(
@@ -122,7 +78,7 @@ async def handle_metadata(ctx: ServerContext, header: RequestHeader, request: An
                 is_internal=False,
                 partitions=partitions,
                 topic_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS,
-                is_diskless=topic.is_diskless,
+                **topic_fields(topic),
             )
         )
     broker_cls = nested(cls, "MetadataResponseBroker")
@@ -152,7 +108,7 @@ async def handle_describe_topic_partitions(ctx: ServerContext, header: RequestHe
     if request.cursor is not None:
         names = [n for n in names if n >= request.cursor.topic_name]
     limit = max(request.response_partition_limit, 1)
-    offline = ctx.replicas.offline_partitions()
+    offline = ctx.partitions.offline_partitions()
     topics, next_cursor = [], None
     for name in names:
         topic = image.topic(name)
@@ -168,7 +124,7 @@ async def handle_describe_topic_partitions(ctx: ServerContext, header: RequestHe
             if limit == 0:
                 next_cursor = make(nested(cls, "Cursor"), topic_name=name, partition_index=p.partition)
                 break
-            chosen.append(make(partition_cls, **_partition_view(image, topic, p, None, offline, ctx.node_id)))
+            chosen.append(make(partition_cls, **partition_fields(image, topic, p, None, offline, ctx.node_id)))
             limit -= 1
         topics.append(make(topic_cls, error_code=ErrorCode.none, name=name, topic_id=topic.topic_id, is_internal=False,
                            partitions=tuple(chosen), topic_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS))

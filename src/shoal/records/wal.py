@@ -8,6 +8,7 @@ real ones and readers stamp them on the way out.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -16,6 +17,13 @@ from shoal.records.batch import HEADER_SIZE, LOG_OVERHEAD, BatchHeader, read_hea
 
 WAL_VERSION = 0
 WAL_HEADER_SIZE = 1
+#: Every WAL segment object's key starts with this (the object cleaner lists it for orphans).
+WAL_KEY_PREFIX = "wal/"
+
+
+def new_wal_key() -> str:
+    """A fresh, never reused object key for a WAL segment."""
+    return f"{WAL_KEY_PREFIX}{uuid.uuid4()}"
 
 K = TypeVar("K")
 

@@ -1,12 +1,13 @@
-"""Wakes long-polling fetches when batches are committed to the partitions they wait on."""
+"""Wakes long-polling fetches when records reach the partitions they wait on (a diskless commit,
+a classic append), whatever the partition's kind: keys are ``(topic id, partition)``."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 
-from shoal.coordinator.api import TopicIdPartition
+PartitionKey = Hashable
 
 
 class CommitNotifier:
@@ -17,20 +18,20 @@ class CommitNotifier:
     """
 
     def __init__(self) -> None:
-        self._versions: dict[TopicIdPartition, int] = {}
-        self._waiters: dict[TopicIdPartition, set[asyncio.Future[None]]] = {}
+        self._versions: dict[PartitionKey, int] = {}
+        self._waiters: dict[PartitionKey, set[asyncio.Future[None]]] = {}
 
-    def version(self, partitions: Sequence[TopicIdPartition]) -> tuple[int, ...]:
+    def version(self, partitions: Sequence[PartitionKey]) -> tuple[int, ...]:
         return tuple(self._versions.get(p, 0) for p in partitions)
 
-    def committed(self, partitions: Iterable[TopicIdPartition]) -> None:
+    def committed(self, partitions: Iterable[PartitionKey]) -> None:
         for p in partitions:
             self._versions[p] = self._versions.get(p, 0) + 1
             for future in self._waiters.get(p, ()):
                 if not future.done():
                     future.set_result(None)
 
-    async def wait(self, partitions: Sequence[TopicIdPartition], timeout: float, since: tuple[int, ...]) -> None:
+    async def wait(self, partitions: Sequence[PartitionKey], timeout: float, since: tuple[int, ...]) -> None:
         """Return when one of the partitions gets a commit after ``since``, or after ``timeout`` seconds."""
         if self.version(partitions) != since:
             return

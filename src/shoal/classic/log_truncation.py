@@ -1,0 +1,78 @@
+"""Truncating a ``PartitionLog`` at its end (a follower diverged from its leader), or emptying it
+to restart at an offset; leader epochs and producer state are cut back to match.
+"""
+
+from __future__ import annotations
+
+from shoal.classic.log_state import LogState, headers_from
+from shoal.classic.segment import LogSegment
+
+__all__ = ["TruncationMixin"]
+
+
+class TruncationMixin(LogState):
+    """``PartitionLog``'s truncations."""
+
+    def truncate_to(self, offset: int) -> bool:
+        """Cut the log back to ``offset`` (a follower diverged from its leader). Worker thread."""
+        with self._guard("truncating"), self._io():
+            with self._lock:
+                self._check_usable()
+                if offset >= self._next_offset:
+                    return False
+                doomed: list[LogSegment] = []
+                if offset <= self._log_start:
+                    self._reset_at(max(offset, 0))
+                else:
+                    doomed = [s for s in self._segments if s.base_offset > offset]
+                    keep = [s for s in self._segments if s.base_offset <= offset]
+                    self._segments = keep
+                    self._bases = [s.base_offset for s in keep]
+                    keep[-1].truncate_to(offset)
+                    self._next_offset = keep[-1].next_offset
+                self._after_truncation()
+            for segment in doomed:
+                segment.delete()
+            return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Empty the log and restart it at ``offset`` (a follower far behind the leader's log start)."""
+        with self._guard("truncating"), self._io(), self._lock:
+            self._check_usable()
+            self._reset_at(offset)
+            self._after_truncation()
+
+    def _reset_at(self, offset: int) -> None:
+        """Delete every segment and start empty at ``offset`` (both locks held)."""
+        for segment in self._segments:
+            segment.delete()
+        for snapshot in self._unsynced:
+            snapshot.unlink(missing_ok=True)
+        self._unsynced = []
+        segment = LogSegment(
+            self.directory,
+            offset,
+            index_interval_bytes=self.config.index_interval_bytes,
+            max_index_size=self.config.segment_index_bytes,
+            now_ms=self._clock(),
+            create=True,
+        )
+        self._segments = [segment]
+        self._bases = [offset]
+        self._next_offset = offset
+        self._log_start = offset
+        self._producers.truncate_fully_and_start_at(offset)
+        self._epochs.clear_and_flush()
+        self._dir_dirty = True
+
+    def _after_truncation(self) -> None:
+        leo = self._next_offset
+        self._hw = min(self._hw, leo)
+        self._recovery_point = min(self._recovery_point, leo)
+        self._roll_flush_offset = min(self._roll_flush_offset, leo)
+        self._epochs.truncate_from_end(leo)
+        replay_from = self._producers.load(self._log_start, leo, self._clock())
+        if replay_from < leo:
+            for h in headers_from(self._segments, replay_from):
+                self._producers.replay_batch(h)
+        self._producers.update_map_end_offset(leo)

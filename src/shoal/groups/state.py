@@ -1,0 +1,78 @@
+"""What every part of the group coordinator shares: the groups, their committed offsets, the clock,
+the timers and the store writer.
+
+All of it lives on the event loop and only code running there (request handlers, timer
+callbacks, completed writes) changes it, so no locks are needed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+from shoal.groups.config import GroupConfig
+from shoal.groups.group import ClassicGroup, GroupState
+from shoal.groups.stored import stored_group
+from shoal.groups.timer import Timer
+from shoal.groups.writer import StoreWriter
+from shoal.protocol.errors import ErrorCode
+from shoal.store.groups import CommittedOffset, PutGroup
+
+#: What a commit gets when its write did not reach the store: retriable, the consumer tries again.
+STORE_FAILURE = ErrorCode.coordinator_not_available
+
+
+# Timer keys: scheduling a key again replaces its deadline.
+def join_key(group_id: str) -> tuple[str, str]:
+    return ("join", group_id)
+
+
+def sync_key(group_id: str) -> tuple[str, str]:
+    return ("sync", group_id)
+
+
+def heartbeat_key(group_id: str, member_id: str) -> tuple[str, str, str]:
+    return ("heartbeat", group_id, member_id)
+
+
+class CoordinatorState:
+    def __init__(
+        self,
+        config: GroupConfig,
+        writer: StoreWriter,
+        timer: Timer,
+        now_ms: Callable[[], int],
+        topic_id_of: Callable[[str], uuid.UUID | None],
+    ) -> None:
+        self.config = config
+        self.writer = writer
+        self.timer = timer
+        self.now_ms = now_ms
+        self.topic_id_of = topic_id_of
+        self.groups: dict[str, ClassicGroup] = {}
+        self.offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
+        #: Loaded and not closed: requests are served only while set.
+        self.active = False
+
+    def new_group(self, group_id: str) -> ClassicGroup:
+        return ClassicGroup(group_id, state_timestamp_ms=self.now_ms())
+
+    def is_live(self, offset: CommittedOffset) -> bool:
+        """False once the topic was deleted (or deleted and created again): its offsets are gone in Kafka."""
+        current = self.topic_id_of(offset.topic)
+        return current is not None and (offset.topic_id is None or offset.topic_id == current)
+
+    def forget_group(self, group: ClassicGroup) -> None:
+        """Drop the group, its offsets and its deadlines from memory (the caller deletes it from the store)."""
+        group.transition_to(GroupState.DEAD, self.now_ms())
+        del self.groups[group.group_id]
+        self.offsets.pop(group.group_id, None)
+        self.timer.cancel(join_key(group.group_id))
+        self.timer.cancel(sync_key(group.group_id))
+        for member_id in list(group.members) + list(group.pending_join_members):
+            self.timer.cancel(heartbeat_key(group.group_id, member_id))
+
+    def persist_group(self, group: ClassicGroup) -> None:
+        """Store the group's metadata without anyone waiting for it (a failure is only logged, as in Kafka:
+        the previous generation comes back after a restart and its members simply rejoin)."""
+        self.writer.submit([PutGroup(stored_group(group))])

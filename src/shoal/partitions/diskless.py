@@ -1,0 +1,202 @@
+"""Diskless partitions (KIP-1163) behind the partition interface: batches go to the broker's WAL
+appender and are answered at commit; reads, offsets and deletions go through the Batch
+Coordinator (KIP-1164) and object storage. The retention task and the object cleaner run here
+because they keep these partitions' storage in shape."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from shoal.coordinator.api import (
+    BatchCoordinator,
+    CommitBatchResponse,
+    CreateTopicAndPartitionsRequest,
+    DeleteRecordsRequest,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListOffsetsTimestamp,
+    TopicIdPartition,
+)
+from shoal.diskless.append import Appender
+from shoal.diskless.cleaner import ObjectCleaner
+from shoal.diskless.read import DisklessReader, PartitionRead, exact_timestamp_offset
+from shoal.diskless.retention import RetentionTask
+from shoal.metadata.image import MetadataImage, TopicImage
+from shoal.partitions.api import (
+    AppendOutcome,
+    DeleteOutcome,
+    KindRead,
+    OffsetOutcome,
+    PartitionRef,
+    PartitionState,
+    ReadOutcome,
+    ValidatedRecords,
+)
+from shoal.protocol.errors import ErrorCode, KafkaError
+from shoal.records.types import TimestampType
+
+log = logging.getLogger(__name__)
+
+
+def coordinator_key(partition: PartitionRef) -> TopicIdPartition:
+    return TopicIdPartition(partition.topic.topic_id, partition.partition, partition.name)
+
+
+class DisklessPartitions:
+    name = "diskless"
+
+    def __init__(
+        self,
+        coordinator: BatchCoordinator,
+        appender: Appender,
+        reader: DisklessReader,
+        retention: RetentionTask,
+        cleaner: ObjectCleaner,
+        run_blocking: Callable[..., Awaitable[Any]],
+        image: Callable[[], MetadataImage],
+    ) -> None:
+        self._image = image
+        self._coordinator = coordinator
+        self._appender = appender
+        self._reader = reader
+        self._retention = retention
+        self._cleaner = cleaner
+        self._run_blocking = run_blocking
+
+    async def start(self) -> None:
+        await self.ensure_topics([t for t in self._image().topics_by_name.values() if t.is_diskless])
+        self._appender.start()
+        self._retention.start()
+        self._cleaner.start()
+
+    async def stop(self) -> None:
+        # Flushes the active WAL segment and waits for its upload and commit, so every
+        # request already accepted is answered with its real outcome.
+        await self._appender.close()
+        await self._retention.stop()
+        await self._cleaner.stop()
+
+    async def ensure_topics(self, topics: Sequence[TopicImage]) -> None:
+        """Make sure every diskless topic of the metadata log has its logs in the coordinator
+        (a crash between the metadata write and the coordinator write heals here)."""
+        wanted = {CreateTopicAndPartitionsRequest(t.topic_id, t.name, len(t.partitions)) for t in topics}
+        if wanted:
+            await self._run_blocking(self._coordinator.create_topic_and_partitions, wanted)
+
+    # ------------------------------------------------------------------------------------ data
+
+    def append(self, partition: PartitionRef, records: ValidatedRecords) -> Awaitable[AppendOutcome]:
+        tp = coordinator_key(partition)
+        futures = [
+            self._appender.append(tp, records.records[position : position + header.size], header,
+                                  records.timestamp_type)
+            for position, header in records.batches
+        ]
+        return _settle(futures)
+
+    async def read(self, reads: Sequence[KindRead], max_bytes: int, min_one_batch: bool) -> list[ReadOutcome]:
+        # The coordinator always returns the first batch: Kafka's min-one rule holds by itself.
+        try:
+            results = await self._reader.read(
+                [(coordinator_key(r.partition), r.fetch_offset, r.max_bytes) for r in reads], max_bytes
+            )
+        except Exception as exc:  # object storage or coordinator unreachable: retriable, keep the connection
+            log.warning("diskless read failed, answering KAFKA_STORAGE_ERROR: %s: %s", type(exc).__name__, exc)
+            results = [PartitionRead(ErrorCode.kafka_storage_error, -1, -1, b"") for _ in reads]
+        return [
+            ReadOutcome(r.error, r.high_watermark, r.high_watermark, r.log_start_offset, r.records) for r in results
+        ]
+
+    async def list_offsets(self, lookups: Sequence[tuple[PartitionRef, int]]) -> list[OffsetOutcome]:
+        requests = [ListOffsetsRequest(coordinator_key(ref), timestamp) for ref, timestamp in lookups]
+        try:
+            answers = await self._run_blocking(self._coordinator.list_offsets, requests)
+        except Exception as exc:  # coordinator unreachable: retriable, keep the connection
+            log.warning("ListOffsets on the Batch Coordinator failed: %s: %s", type(exc).__name__, exc)
+            answers = [ListOffsetsResponse(ErrorCode.kafka_storage_error, r.topic_id_partition, -1, -1)
+                       for r in requests]
+        # The coordinator knows batches; ListOffsets answers records: read the batch to find the record.
+        refined = await asyncio.gather(
+            *(
+                exact_timestamp_offset(self._reader, request.topic_id_partition, answer.offset, request.timestamp)
+                if answer.errors == ErrorCode.none and answer.offset >= 0
+                and (request.timestamp >= 0 or request.timestamp == ListOffsetsTimestamp.MAX_TIMESTAMP)
+                else _none()
+                for request, answer in zip(requests, answers, strict=True)
+            ),
+            return_exceptions=True,  # a failed read falls back to the batch-level answer
+        )
+        outcomes = []
+        for answer, exact in zip(answers, refined, strict=True):
+            if isinstance(exact, BaseException) or exact is None:
+                outcomes.append(OffsetOutcome(answer.errors, answer.timestamp, answer.offset))
+            else:
+                offset, timestamp = exact
+                outcomes.append(OffsetOutcome(answer.errors, timestamp, offset))
+        return outcomes
+
+    async def delete_records(self, deletes: Sequence[tuple[PartitionRef, int]]) -> list[DeleteOutcome]:
+        requests = [DeleteRecordsRequest(coordinator_key(ref), offset) for ref, offset in deletes]
+        answers = await self._run_blocking(self._coordinator.delete_records, requests)
+        return [DeleteOutcome(a.errors, a.low_watermark) for a in answers]
+
+    async def describe(self, partitions: Sequence[PartitionRef]) -> list[PartitionState]:
+        earliest = await self.list_offsets([(p, ListOffsetsTimestamp.EARLIEST) for p in partitions])
+        latest = await self.list_offsets([(p, ListOffsetsTimestamp.LATEST) for p in partitions])
+        sizes: dict[tuple[Any, int], int] = {}
+        describe_topic = getattr(self._coordinator, "describe_topic", None)  # the inspector is optional
+        if describe_topic is not None:
+            for topic_id in {p.topic.topic_id for p in partitions}:
+                described = await self._run_blocking(describe_topic, topic_id)
+                for d in described.partitions if described is not None else ():
+                    sizes[(topic_id, d.partition)] = d.byte_size
+        states = []
+        for p, start, end in zip(partitions, earliest, latest, strict=True):
+            error = start.error if start.error != ErrorCode.none else end.error
+            if error != ErrorCode.none:
+                states.append(PartitionState(error))
+                continue
+            # Diskless partitions have no uncommitted tail: the log end is the high watermark.
+            states.append(PartitionState(ErrorCode.none, start.offset, end.offset, end.offset,
+                                         sizes.get((p.topic.topic_id, p.partition), -1)))
+        return states
+
+    # ---------------------------------------------------------------------------------- topics
+
+    async def create_topic(self, topic: TopicImage, *, is_new: bool) -> None:
+        await self.ensure_topics([topic])
+
+    async def delete_topic(self, topic: TopicImage) -> None:
+        await self._run_blocking(self._coordinator.delete_topics, {topic.topic_id})
+
+    def topic_config_changed(self, topic: TopicImage) -> None:
+        """Diskless topics read their configs from the image at each use: nothing to do."""
+
+
+async def _none() -> None:
+    return None
+
+
+async def _settle(futures: list[asyncio.Future[CommitBatchResponse]]) -> AppendOutcome:
+    """Wait for every batch of the partition to commit; the answer is the first batch's offset."""
+    outcome = AppendOutcome()
+    if not futures:
+        return outcome
+    outcomes = await asyncio.gather(*futures, return_exceptions=True)
+    for result in outcomes:
+        if isinstance(result, KafkaError):
+            return outcome.fail(result.code, result.message)
+        if isinstance(result, BaseException):
+            return outcome.fail(ErrorCode.unknown_server_error, str(result))
+        if result.errors != ErrorCode.none:
+            return outcome.fail(result.errors, None)
+    first = outcomes[0]
+    assert isinstance(first, CommitBatchResponse)
+    outcome.base_offset = first.assigned_base_offset
+    outcome.log_start_offset = first.log_start_offset
+    if first.request.message_timestamp_type == TimestampType.LOG_APPEND_TIME:
+        outcome.log_append_time = first.log_append_time
+    return outcome

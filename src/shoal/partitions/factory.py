@@ -1,0 +1,76 @@
+"""Builds the partitions seam and its kinds for a broker: the classic replica manager on the
+JBOD log dirs, and the diskless data plane (appender, reader, range cache, retention, object
+cleaner) on the Batch Coordinator and object storage."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from shoal.classic.replica_manager import ReplicaManager
+from shoal.config import Config
+from shoal.coordinator.api import BatchCoordinator
+from shoal.diskless.append import Appender
+from shoal.diskless.cache import RangeCache
+from shoal.diskless.cleaner import ObjectCleaner
+from shoal.diskless.read import DisklessReader
+from shoal.diskless.retention import RetentionTask
+from shoal.metadata.image import MetadataImage
+from shoal.objects.storage import ObjectStorage
+from shoal.observability.metrics import BrokerMetrics
+from shoal.partitions.classic import ClassicPartitions
+from shoal.partitions.diskless import DisklessPartitions
+from shoal.partitions.manager import Partitions
+from shoal.partitions.notify import CommitNotifier
+
+
+def build_partitions(
+    config: Config,
+    node_id: int,
+    cluster_id: str,
+    image: Callable[[], MetadataImage],
+    coordinator: BatchCoordinator,
+    storage: ObjectStorage,
+    metrics: BrokerMetrics,
+    run_blocking: Callable[..., Awaitable[Any]],
+    on_halt: Callable[[str], None],
+) -> Partitions:
+    """Wire every kind; nothing runs until ``Partitions.start``."""
+    notifier = CommitNotifier()
+    replicas = ReplicaManager(config, node_id, cluster_id, run_blocking, image, on_halt)
+    metrics.track_log_dirs(replicas.logs)
+    classic = ClassicPartitions(replicas, notifier.committed)
+
+    cache = RangeCache(config["diskless.fetch.cache.max.bytes"])
+    metrics.track_cache(cache)
+    appender = Appender(
+        storage,
+        coordinator,
+        run_blocking,
+        node_id,
+        config["diskless.append.commit.interval.ms"],
+        config["diskless.append.buffer.max.bytes"],
+        cache,
+        lambda committed: notifier.committed((tp.topic_id, tp.partition) for tp in committed),
+        metrics,
+    )
+    reader = DisklessReader(storage, coordinator, run_blocking, cache, metrics)
+    retention = RetentionTask(
+        coordinator,
+        run_blocking,
+        image,
+        config.topic_default,
+        interval_ms=config["log.retention.check.interval.ms"],
+        metrics=metrics,
+    )
+    cleaner = ObjectCleaner(
+        storage,
+        coordinator,
+        run_blocking,
+        interval_ms=config["diskless.object.cleaner.interval.ms"],
+        delete_grace_ms=config["diskless.object.delete.grace.ms"],
+        orphan_min_age_ms=config["diskless.object.orphan.min.age.ms"],
+        metrics=metrics,
+    )
+    diskless = DisklessPartitions(coordinator, appender, reader, retention, cleaner, run_blocking, image)
+    return Partitions(config, image, {"classic": classic, "diskless": diskless}, classic, notifier, metrics)

@@ -1,0 +1,322 @@
+"""The one seam request handlers call for any partition (Kafka's ReplicaManager).
+
+It takes whole requests across topics and partitions of mixed kinds, resolves each partition
+against the metadata image, asks "may this broker answer for it", validates what producers
+send, and dispatches to the partition's kind. Answers are per partition and in request order.
+Produce requests that mix kinds are answered when every partition may be acknowledged
+(KIP-1163); Fetch long-polls until ``min_bytes`` arrive on any of its partitions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from shoal.config import Config
+from shoal.metadata.image import MetadataImage, TopicImage
+from shoal.observability.metrics import BrokerMetrics
+from shoal.partitions.api import (
+    AppendOutcome,
+    AppendRequest,
+    DeleteOutcome,
+    FetchOptions,
+    KindRead,
+    OffsetOutcome,
+    PartitionKind,
+    PartitionRef,
+    PartitionState,
+    ProduceOptions,
+    ReadOutcome,
+    ReadRequest,
+    ValidatedRecords,
+)
+from shoal.partitions.classic import ClassicPartitions
+from shoal.partitions.notify import CommitNotifier
+from shoal.protocol.errors import ErrorCode, KafkaError
+from shoal.records.batch import validate_records
+from shoal.records.types import TimestampType
+
+log = logging.getLogger(__name__)
+
+# Even when our own commits would wake a long-poll, re-read this often for records that other
+# brokers commit (diskless partitions are written by every broker).
+REMOTE_COMMIT_POLL_S = 0.5
+
+# Flushes of acks=0 requests: nobody waits for them, but they must run (and not be collected).
+_background: set[asyncio.Future[Any]] = set()
+
+T = TypeVar("T")
+Outcome = TypeVar("Outcome")
+
+
+def unknown_partition(topic: str, partition: int) -> KafkaError:
+    return KafkaError(
+        ErrorCode.unknown_topic_or_partition,
+        f"This server does not host this topic-partition: {topic}-{partition}",
+    )
+
+
+class Partitions:
+    """Append, read, list offsets, delete records, create/delete/describe for every partition."""
+
+    def __init__(
+        self,
+        config: Config,
+        image: Callable[[], MetadataImage],
+        kinds: Mapping[str, PartitionKind],
+        classic: ClassicPartitions,
+        notifier: CommitNotifier,
+        metrics: BrokerMetrics,
+    ) -> None:
+        self._config = config
+        self._image = image
+        self._kinds = kinds
+        self._classic = classic
+        self._notifier = notifier
+        self._metrics = metrics
+
+    # ------------------------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        for kind in self._kinds.values():
+            await kind.start()
+
+    async def stop(self) -> None:
+        """Finish or fail every accepted append (diskless first: its answers wait on uploads)."""
+        for kind in reversed(list(self._kinds.values())):
+            await kind.stop()
+
+    # --------------------------------------------------------------------------------- routing
+
+    def kind_of(self, topic: TopicImage) -> PartitionKind:
+        return self._kinds["diskless" if topic.is_diskless else "classic"]
+
+    def resolve(self, image: MetadataImage, topic: str, partition: int) -> PartitionRef:
+        """The partition as the image has it, or UNKNOWN_TOPIC_OR_PARTITION."""
+        found = image.topic(topic)
+        if found is None or partition not in found.partitions:
+            raise unknown_partition(topic, partition)
+        ref = PartitionRef(found, partition)
+        self.check_serving(ref)
+        return ref
+
+    def check_serving(self, partition: PartitionRef) -> None:
+        """May this broker answer for the partition? Every broker may today (one node; any broker
+        serves diskless partitions). Leadership checks (NOT_LEADER_OR_FOLLOWER) come with the cluster."""
+
+    async def _by_kind(
+        self,
+        items: Sequence[tuple[PartitionRef, Any] | KafkaError],
+        call: Callable[[PartitionKind, list[tuple[PartitionRef, Any]]], Awaitable[list[Outcome]]],
+        on_error: Callable[[KafkaError], Outcome],
+    ) -> list[Outcome]:
+        """Group resolved items by kind, call each kind once, answer in the items' order."""
+        groups: dict[str, list[int]] = {}
+        for i, item in enumerate(items):
+            if not isinstance(item, KafkaError):
+                groups.setdefault(self.kind_of(item[0].topic).name, []).append(i)
+        answers: dict[int, Outcome] = {
+            i: on_error(item) for i, item in enumerate(items) if isinstance(item, KafkaError)
+        }
+        for name, indexes in groups.items():
+            results = await call(self._kinds[name], [items[i] for i in indexes])  # type: ignore[misc]
+            answers.update(zip(indexes, results, strict=True))
+        return [answers[i] for i in range(len(items))]
+
+    # ---------------------------------------------------------------------------------- append
+
+    async def append(self, requests: Sequence[AppendRequest], options: ProduceOptions) -> list[AppendOutcome]:
+        """Validate and append every partition's batches. With acks=0 the answers are not awaited
+        (flushes still run); otherwise each answer comes when its partition may be acknowledged."""
+        image = self._image()
+        outcomes: list[AppendOutcome] = []
+        waits: list[Awaitable[AppendOutcome] | None] = []
+        sizes: list[tuple[str, int, int]] = []
+        for request in requests:
+            outcome = AppendOutcome()
+            outcomes.append(outcome)
+            waits.append(None)
+            sizes.append((request.topic, 0, 0))
+            try:
+                if options.transactional_id is not None:
+                    raise KafkaError(ErrorCode.invalid_request, "Transactions are not supported by this Shoal version yet")
+                if options.acks not in (0, 1, -1):
+                    raise KafkaError(ErrorCode.invalid_required_acks, f"acks={options.acks} is not one of 0, 1, -1")
+                ref = self.resolve(image, request.topic, request.partition)
+                records = self._validate(ref.topic, request.records, options.produce_version)
+                sizes[-1] = (request.topic, records.size, records.count)
+                waits[-1] = self.kind_of(ref.topic).append(ref, records)
+            except KafkaError as exc:
+                log.info(
+                    "rejected produce to %s-%d from %s: %s (%s)",
+                    request.topic, request.partition, options.client_id, exc.message, exc.code.name,
+                )
+                outcome.fail(exc.code, exc.message)
+        if options.acks == 0:
+            for wait in waits:
+                if wait is not None:
+                    _background.add(task := asyncio.ensure_future(wait))
+                    task.add_done_callback(_background.discard)
+            return outcomes
+        for i, wait in enumerate(waits):
+            if wait is None:
+                continue
+            outcomes[i] = await wait
+            topic, size, count = sizes[i]
+            if outcomes[i].error == ErrorCode.none and size:
+                self._metrics.bytes_in(topic, size, count)
+        return outcomes
+
+    def _validate(self, topic: TopicImage, records: bytes | memoryview | None, produce_version: int) -> ValidatedRecords:
+        """Kafka's LogValidator checks for the topic's limits; transactional batches are refused."""
+        max_bytes = int(topic.configs.get("max.message.bytes", self._config.topic_default("max.message.bytes")))
+        timestamp_type = TimestampType.from_config(
+            topic.configs.get("message.timestamp.type", self._config.topic_default("message.timestamp.type"))
+        )
+        view = memoryview(records or b"")
+        batches = validate_records(view, max_bytes, produce_version=produce_version)
+        for _, batch in batches:
+            if batch.is_transactional:
+                raise KafkaError(
+                    ErrorCode.invalid_record, "Transactional batches are not supported by this Shoal version yet"
+                )
+        return ValidatedRecords(view, batches, timestamp_type)
+
+    # ------------------------------------------------------------------------------------ read
+
+    async def read(self, requests: Sequence[ReadRequest], options: FetchOptions) -> list[ReadOutcome]:
+        """Read every partition within ``max_bytes`` (the first batch always comes, as in Kafka),
+        waiting up to ``max_wait_s`` for ``min_bytes`` to arrive."""
+        image = self._image()
+        slots: list[KindRead | ReadOutcome] = []
+        for r in requests:
+            topic = image.topics_by_id.get(r.topic_id) if r.topic is None else image.topic(r.topic)
+            if topic is None:
+                by_id = r.topic is None
+                slots.append(ReadOutcome(ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition))
+            elif r.partition not in topic.partitions:
+                slots.append(ReadOutcome(ErrorCode.unknown_topic_or_partition))
+            else:
+                ref = PartitionRef(topic, r.partition)
+                try:
+                    self.check_serving(ref)
+                except KafkaError as exc:
+                    slots.append(ReadOutcome(exc.code))
+                    continue
+                slots.append(KindRead(ref, r.fetch_offset, r.max_bytes))
+        reads = [s for s in slots if isinstance(s, KindRead)]
+        keys = [r.partition.wake_key for r in reads]
+        errors = len(reads) != len(slots)
+        deadline = time.monotonic() + options.max_wait_s
+        while True:
+            version = self._notifier.version(keys)
+            outcomes = await self._read_once(reads, options.max_bytes)
+            total = sum(len(o.records) for o in outcomes)
+            remaining = deadline - time.monotonic()
+            if (
+                total >= max(options.min_bytes, 1)
+                or remaining <= 0
+                or errors
+                or any(o.error != ErrorCode.none for o in outcomes)
+            ):
+                break
+            await self._notifier.wait(keys, min(remaining, REMOTE_COMMIT_POLL_S), version)
+        for r, o in zip(reads, outcomes, strict=True):
+            if o.records:
+                self._metrics.bytes_out(r.partition.name, len(o.records))
+        answers = iter(outcomes)
+        return [next(answers) if isinstance(s, KindRead) else s for s in slots]
+
+    async def _read_once(self, reads: list[KindRead], max_bytes: int) -> list[ReadOutcome]:
+        """One pass over the kinds, diskless first (its reads are batched in one coordinator
+        call), each within what is left of the response's ``max_bytes``."""
+        by_kind: dict[str, list[int]] = {}
+        for i, r in enumerate(reads):
+            by_kind.setdefault(self.kind_of(r.partition.topic).name, []).append(i)
+        answers: dict[int, ReadOutcome] = {}
+        used = 0
+        for name in sorted(by_kind, key=lambda n: n != "diskless"):
+            indexes = by_kind[name]
+            results = await self._kinds[name].read(
+                [reads[i] for i in indexes], max(max_bytes - used, 0), min_one_batch=used == 0
+            )
+            answers.update(zip(indexes, results, strict=True))
+            used += sum(len(o.records) for o in results)
+        return [answers[i] for i in range(len(reads))]
+
+    # ------------------------------------------------------------------- offsets, delete, describe
+
+    def _resolve_all(self, items: Sequence[tuple[str, int, T]]) -> list[tuple[PartitionRef, T] | KafkaError]:
+        image = self._image()
+        resolved: list[tuple[PartitionRef, T] | KafkaError] = []
+        for topic, partition, value in items:
+            try:
+                resolved.append((self.resolve(image, topic, partition), value))
+            except KafkaError as exc:
+                resolved.append(exc)
+        return resolved
+
+    async def list_offsets(self, lookups: Sequence[tuple[str, int, int]]) -> list[OffsetOutcome]:
+        """(topic, partition, timestamp) -> offset; every special timestamp of Kafka's ListOffsets."""
+        return await self._by_kind(
+            self._resolve_all(lookups), lambda kind, items: kind.list_offsets(items),
+            lambda exc: OffsetOutcome(exc.code),
+        )
+
+    async def delete_records(self, deletes: Sequence[tuple[str, int, int]]) -> list[DeleteOutcome]:
+        """(topic, partition, offset) -> the new log start offset (DeleteRecords)."""
+        outcomes = await self._by_kind(
+            self._resolve_all(deletes), lambda kind, items: kind.delete_records(items),
+            lambda exc: DeleteOutcome(exc.code),
+        )
+        for (topic, partition, offset), outcome in zip(deletes, outcomes, strict=True):
+            if outcome.error == ErrorCode.none:
+                log.info("DeleteRecords %s-%d up to %d: log start offset now %d",
+                         topic, partition, offset, outcome.low_watermark)
+        return outcomes
+
+    async def describe(self, partitions: Sequence[tuple[str, int]]) -> list[PartitionState]:
+        """Log start, log end, high watermark and size of each partition."""
+        return await self._by_kind(
+            self._resolve_all([(t, p, None) for t, p in partitions]),
+            lambda kind, items: kind.describe([ref for ref, _ in items]),
+            lambda exc: PartitionState(exc.code),
+        )
+
+    # ---------------------------------------------------------------------------------- topics
+
+    async def create_topic(self, topic: TopicImage, *, is_new: bool = True) -> None:
+        """Create the storage of a topic the metadata log now has (coordinator logs or local replicas)."""
+        await self.kind_of(topic).create_topic(topic, is_new=is_new)
+
+    async def delete_topic(self, topic: TopicImage) -> None:
+        await self.kind_of(topic).delete_topic(topic)
+        self._metrics.forget_topic(topic.name)
+
+    def topic_config_changed(self, topic: TopicImage) -> None:
+        self.kind_of(topic).topic_config_changed(topic)
+
+    def describe_kind(self, topic: TopicImage) -> str:
+        """The topic's kind, for log lines."""
+        return self.kind_of(topic).name
+
+    # -------------------------------------------------------------------- JBOD (classic replicas)
+
+    def offline_partitions(self) -> Mapping[tuple[str, int], str | None]:
+        """Partitions whose replica on this broker sits on a failed log dir (KIP-112)."""
+        return self._classic.offline_partitions()
+
+    async def describe_log_dirs(self, partitions: list[tuple[str, int]] | None) -> list:
+        return await self._classic.describe_log_dirs(partitions)
+
+    async def alter_log_dir(self, topic: str, partition: int, log_dir: str) -> None:
+        """Move a replica to another log dir (AlterReplicaLogDirs); only replicas on disk can move."""
+        ref = self.resolve(self._image(), topic, partition)
+        if self.kind_of(ref.topic) is not self._classic:
+            raise KafkaError(
+                ErrorCode.invalid_request, f"{topic} is {self.describe_kind(ref.topic)}: its data is in object storage"
+            )
+        await self._classic.alter_log_dir(ref, log_dir)

@@ -1,0 +1,62 @@
+"""How partitions look in Metadata (v0-v14) and DescribeTopicPartitions: leader, replicas, ISR,
+offline replicas, and for diskless partitions KIP-1163's rack-aware choice of brokers.
+
+The fields are named as in Kafka's response schemas, so handlers pass them straight through.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from shoal.metadata.image import MetadataImage, PartitionImage, TopicImage
+from shoal.protocol.errors import ErrorCode
+
+
+def preferred_brokers(image: MetadataImage, partition: PartitionImage, rack: str | None) -> list[int]:
+    """KIP-1163 rack-aware choice for a diskless partition: alive brokers in the client's rack
+    (all alive brokers when none is there), rotated by partition index for round-robin spread."""
+    brokers = sorted(image.brokers)
+    in_rack = [b for b in brokers if rack is not None and image.brokers[b].rack == rack]
+    candidates = in_rack or brokers
+    if not candidates:
+        return []
+    start = partition.partition % len(candidates)
+    return candidates[start:] + candidates[:start]
+
+
+def topic_fields(topic: TopicImage) -> dict[str, Any]:
+    """Topic-level fields that depend on the topic's kind (Metadata v14's ``IsDiskless``)."""
+    return {"is_diskless": topic.is_diskless}
+
+
+def partition_fields(
+    image: MetadataImage,
+    topic: TopicImage,
+    partition: PartitionImage,
+    rack: str | None,
+    offline: Mapping[tuple[str, int], object],
+    node_id: int,
+) -> dict[str, Any]:
+    """One partition as Metadata and DescribeTopicPartitions show it. A classic replica on a failed
+    log dir of this broker is listed in ``offline_replicas`` and leaves the ISR (KIP-112)."""
+    offline_here = (topic.name, partition.partition) in offline
+    view: dict[str, Any] = {
+        "error_code": ErrorCode.none,
+        "partition_index": partition.partition,
+        "leader_id": partition.leader,
+        "leader_epoch": partition.leader_epoch,
+        "replica_nodes": partition.replicas,
+        "isr_nodes": tuple(b for b in partition.isr if not (offline_here and b == node_id)),
+        "offline_replicas": (node_id,) if offline_here else (),
+        "preferred_produce_brokers": (),
+        "eligible_leader_replicas": (),
+        "last_known_elr": (),
+    }
+    if topic.is_diskless:
+        preferred = preferred_brokers(image, partition, rack)
+        view["preferred_produce_brokers"] = tuple(preferred)
+        if rack is not None and preferred:
+            # Any broker serves a diskless partition: the one in the client's rack acts as its leader.
+            view["leader_id"] = preferred[0]
+    return view

@@ -1,0 +1,26 @@
+"""The Batch Coordinator of KIP-1164 on a local SQLite file.
+
+SQLite is what the KIP itself proposes for materialising coordinator state, and what
+Inkless's PostgreSQL schema maps onto directly (the tables: ``schema``). One module per
+concern, each a mixin over ``CoordinatorBase`` (the connections, ``base``):
+
+- ``commit``: commit_file, idempotent-producer deduplication;
+- ``find``: find_batches, list_offsets, get_log_info;
+- ``delete``: topics, delete_records, enforce_retention, deleting emptied objects;
+- ``compaction``: compaction candidates, their batches, replace_batches;
+- ``inspect``: describe_topic and describe_object for tools.
+"""
+
+from __future__ import annotations
+
+from shoal.store.sqlite.coordinator.commit import PRODUCER_STATE_BATCHES, CommitMixin
+from shoal.store.sqlite.coordinator.compaction import CompactionMixin
+from shoal.store.sqlite.coordinator.delete import DeleteMixin
+from shoal.store.sqlite.coordinator.find import FindMixin
+from shoal.store.sqlite.coordinator.inspect import InspectMixin
+
+__all__ = ["SqliteBatchCoordinator", "PRODUCER_STATE_BATCHES"]
+
+
+class SqliteBatchCoordinator(CommitMixin, FindMixin, DeleteMixin, CompactionMixin, InspectMixin):
+    """KIP-1164 Batch Coordinator persisted in SQLite (see the package docstring)."""

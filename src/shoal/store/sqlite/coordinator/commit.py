@@ -1,0 +1,325 @@
+"""commit_file: one object's batches get offsets, with Kafka's idempotent-producer dedup.
+
+Also the log row a write transaction loads (``LogState``/``load_log``), shared with the
+deletion paths.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass, field
+
+from shoal.coordinator.api import CommitBatchRequest, CommitBatchResponse
+from shoal.protocol.errors import ErrorCode
+from shoal.records.types import TimestampType
+from shoal.store.sqlite.coordinator.base import CoordinatorBase
+
+#: Kafka keeps the metadata of the last 5 batches per producer for deduplication
+#: (it is also the client's max.in.flight.requests.per.connection for idempotence).
+PRODUCER_STATE_BATCHES = 5
+
+_INT32_MAX = 2**31 - 1
+_NO_PRODUCER = -1
+
+
+def _next_sequence(sequence: int) -> int:
+    """Kafka's sequence successor: int32 sequences wrap from 2**31-1 to 0."""
+    return 0 if sequence >= _INT32_MAX else sequence + 1
+
+
+@dataclass(slots=True)
+class LogState:
+    """A log row loaded into a write transaction (a commit, a deletion), written back once at the end."""
+
+    log_id: int
+    log_start_offset: int
+    high_watermark: int
+    byte_size: int
+    max_timestamp: int
+    dirty: bool = False
+
+
+@dataclass(slots=True)
+class _ProducerEntry:
+    row_id: int
+    epoch: int
+    base_sequence: int
+    last_sequence: int
+    assigned_offset: int
+    log_append_time: int
+    new: bool = False
+
+
+@dataclass(slots=True)
+class _ProducerState:
+    """The last batches of one producer on one partition, as Kafka's ProducerStateEntry."""
+
+    entries: list[_ProducerEntry] = field(default_factory=list)
+    next_row_id: int = 0
+    dirty: bool = False
+
+    @property
+    def epoch(self) -> int:
+        return self.entries[-1].epoch if self.entries else _NO_PRODUCER
+
+    def find_duplicate(self, epoch: int, base_sequence: int, last_sequence: int) -> _ProducerEntry | None:
+        if epoch != self.epoch:
+            return None
+        for entry in self.entries:
+            if entry.base_sequence == base_sequence and entry.last_sequence == last_sequence:
+                return entry
+        return None
+
+    def append(self, entry: _ProducerEntry, reset: bool) -> None:
+        if reset:
+            self.entries.clear()
+        self.entries.append(entry)
+        del self.entries[:-PRODUCER_STATE_BATCHES]
+        self.dirty = True
+
+
+def load_log(conn: sqlite3.Connection, key: tuple[bytes, int]) -> LogState | None:
+    """The log row of (topic id bytes, partition), or None for an unknown partition."""
+    row = conn.execute(
+        "SELECT log_id, log_start_offset, high_watermark, byte_size, max_timestamp "
+        "FROM diskless_logs WHERE topic_id = ? AND partition = ?",
+        key,
+    ).fetchone()
+    return None if row is None else LogState(*row)
+
+
+class CommitMixin(CoordinatorBase):
+    """commit_file and the producer state it checks and keeps."""
+
+    def commit_file(
+        self,
+        object_key: str,
+        uploader_broker_id: int,
+        file_size: int,
+        batches: list[CommitBatchRequest],
+    ) -> list[CommitBatchResponse]:
+        """Register one uploaded object and assign offsets to its batches in ONE transaction.
+
+        Batches are processed in request order against state updated as we go, so
+        several batches of one producer in the same object are checked against each
+        other. A rejected or duplicate batch consumes no offset and no used size.
+        Accepted batches all get the same log_append_time (taken after the write lock,
+        so it never goes backwards with offsets when the wall clock does not).
+        Raises sqlite3.IntegrityError if ``object_key`` was already committed.
+        """
+        responses: list[CommitBatchResponse] = []
+        with self._write() as conn:
+            now = self._clock()
+            file_id = conn.execute(
+                "INSERT INTO diskless_files (object_key, uploader_broker_id, committed_at, size, "
+                "used_size, state) VALUES (?, ?, ?, ?, 0, 'uploaded')",
+                (object_key, uploader_broker_id, now, file_size),
+            ).lastrowid
+            next_batch_id = first_batch_id = conn.execute(
+                "SELECT next_value FROM diskless_id_sequences WHERE name = 'batch_id'"
+            ).fetchone()[0]
+            logs: dict[tuple[bytes, int], LogState | None] = {}
+            producers: dict[tuple[int, int], _ProducerState] = {}
+            batch_rows: list[tuple[int, ...]] = []
+            used_size = 0
+
+            for req in batches:
+                tip = req.topic_id_partition
+                key = (tip.topic_id.bytes, tip.partition)
+                if key in logs:
+                    log = logs[key]
+                else:
+                    log = logs[key] = load_log(conn, key)
+                if log is None:
+                    responses.append(_rejected(ErrorCode.unknown_topic_or_partition, -1, req))
+                    continue
+                if (
+                    req.last_offset < req.base_offset
+                    or req.size <= 0
+                    or req.byte_offset < 0
+                    or req.byte_offset + req.size > file_size
+                ):
+                    responses.append(_rejected(ErrorCode.corrupt_message, log.log_start_offset, req))
+                    continue
+
+                state: _ProducerState | None = None
+                reset = False
+                if req.producer_id != _NO_PRODUCER:
+                    pkey = (log.log_id, req.producer_id)
+                    state = producers.get(pkey)
+                    if state is None:
+                        state = producers[pkey] = self._load_producer(conn, pkey)
+                    duplicate = state.find_duplicate(req.producer_epoch, req.base_sequence, req.last_sequence)
+                    if duplicate is not None:
+                        responses.append(
+                            CommitBatchResponse(
+                                errors=ErrorCode.none,
+                                assigned_base_offset=duplicate.assigned_offset,
+                                log_append_time=duplicate.log_append_time,
+                                log_start_offset=log.log_start_offset,
+                                is_duplicate=True,
+                                request=req,
+                            )
+                        )
+                        continue
+                    error, reset = _check_sequence(state, req)
+                    if error is not ErrorCode.none:
+                        responses.append(_rejected(error, log.log_start_offset, req))
+                        continue
+
+                base_offset = log.high_watermark
+                last_offset = base_offset + (req.last_offset - req.base_offset)
+                log.high_watermark = last_offset + 1
+                log.byte_size += req.size
+                effective_ts = (
+                    now
+                    if req.message_timestamp_type == TimestampType.LOG_APPEND_TIME
+                    else req.batch_max_timestamp
+                )
+                log.max_timestamp = max(log.max_timestamp, effective_ts)
+                log.dirty = True
+                used_size += req.size
+                batch_rows.append(
+                    (
+                        log.log_id,
+                        last_offset,
+                        next_batch_id,
+                        base_offset,
+                        file_id,
+                        req.byte_offset,
+                        req.size,
+                        now,
+                        req.batch_max_timestamp,
+                        int(req.message_timestamp_type),
+                        req.producer_id,
+                        req.producer_epoch,
+                        req.base_sequence,
+                        req.last_sequence,
+                        log.max_timestamp,
+                    )
+                )
+                next_batch_id += 1
+                if state is not None:
+                    state.append(
+                        _ProducerEntry(
+                            row_id=state.next_row_id,
+                            epoch=req.producer_epoch,
+                            base_sequence=req.base_sequence,
+                            last_sequence=req.last_sequence,
+                            assigned_offset=base_offset,
+                            log_append_time=now,
+                            new=True,
+                        ),
+                        reset,
+                    )
+                    state.next_row_id += 1
+                responses.append(
+                    CommitBatchResponse(
+                        errors=ErrorCode.none,
+                        assigned_base_offset=base_offset,
+                        log_append_time=now,
+                        log_start_offset=log.log_start_offset,
+                        is_duplicate=False,
+                        request=req,
+                    )
+                )
+
+            conn.executemany(
+                "INSERT INTO diskless_batches (log_id, last_offset, batch_id, base_offset, file_id, byte_offset, "
+                "byte_size, log_append_time, batch_max_timestamp, timestamp_type, producer_id, "
+                "producer_epoch, base_sequence, last_sequence, max_ts_so_far) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                batch_rows,
+            )
+            conn.executemany(
+                "UPDATE diskless_logs SET high_watermark = ?, byte_size = ?, max_timestamp = ? "
+                "WHERE log_id = ?",
+                [
+                    (log.high_watermark, log.byte_size, log.max_timestamp, log.log_id)
+                    for log in logs.values()
+                    if log is not None and log.dirty
+                ],
+            )
+            if next_batch_id != first_batch_id:
+                conn.execute(
+                    "UPDATE diskless_id_sequences SET next_value = ? WHERE name = 'batch_id'",
+                    (next_batch_id,),
+                )
+            self._save_producers(conn, producers)
+            if used_size > 0:
+                conn.execute(
+                    "UPDATE diskless_files SET used_size = ? WHERE file_id = ?", (used_size, file_id)
+                )
+            else:
+                conn.execute(
+                    "UPDATE diskless_files SET state = 'deleting', marked_for_deletion_at = ? WHERE file_id = ?",
+                    (now, file_id),
+                )
+        return responses
+
+    @staticmethod
+    def _load_producer(conn: sqlite3.Connection, pkey: tuple[int, int]) -> _ProducerState:
+        entries = [
+            _ProducerEntry(*row)
+            for row in conn.execute(
+                "SELECT row_id, producer_epoch, base_sequence, last_sequence, assigned_offset, "
+                "log_append_time FROM diskless_producer_state WHERE log_id = ? AND producer_id = ? "
+                "ORDER BY row_id",
+                pkey,
+            )
+        ]
+        return _ProducerState(entries=entries, next_row_id=entries[-1].row_id + 1 if entries else 0)
+
+    @staticmethod
+    def _save_producers(conn: sqlite3.Connection, producers: dict[tuple[int, int], _ProducerState]) -> None:
+        """Write the kept entries of changed producers and drop everything older."""
+        deletes: list[tuple[int, int, int]] = []
+        inserts: list[tuple[int, ...]] = []
+        for (log_id, producer_id), state in producers.items():
+            if not state.dirty:
+                continue
+            deletes.append((log_id, producer_id, state.entries[0].row_id))
+            inserts.extend(
+                (
+                    log_id,
+                    producer_id,
+                    e.row_id,
+                    e.epoch,
+                    e.base_sequence,
+                    e.last_sequence,
+                    e.assigned_offset,
+                    e.log_append_time,
+                )
+                for e in state.entries
+                if e.new
+            )
+        conn.executemany(
+            "DELETE FROM diskless_producer_state WHERE log_id = ? AND producer_id = ? AND row_id < ?", deletes
+        )
+        conn.executemany("INSERT INTO diskless_producer_state VALUES (?, ?, ?, ?, ?, ?, ?, ?)", inserts)
+
+
+def _rejected(error: ErrorCode, log_start_offset: int, req: CommitBatchRequest) -> CommitBatchResponse:
+    return CommitBatchResponse(
+        errors=error,
+        assigned_base_offset=-1,
+        log_append_time=-1,
+        log_start_offset=log_start_offset,
+        is_duplicate=False,
+        request=req,
+    )
+
+
+def _check_sequence(state: _ProducerState, req: CommitBatchRequest) -> tuple[ErrorCode, bool]:
+    """Kafka's ProducerAppendInfo checks for a non-duplicate batch: (error, resets state)."""
+    if not state.entries:
+        return ErrorCode.none, False
+    if req.producer_epoch < state.epoch:
+        return ErrorCode.invalid_producer_epoch, False
+    if req.producer_epoch > state.epoch:
+        if req.base_sequence != 0:
+            return ErrorCode.out_of_order_sequence_number, False
+        return ErrorCode.none, True
+    if req.base_sequence != _next_sequence(state.entries[-1].last_sequence):
+        return ErrorCode.out_of_order_sequence_number, False
+    return ErrorCode.none, False

@@ -1,0 +1,213 @@
+"""The read paths: find_batches (every Fetch), list_offsets and get_log_info."""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+
+from shoal.coordinator.api import (
+    BatchInfo,
+    BatchMetadata,
+    FindBatchRequest,
+    FindBatchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListOffsetsTimestamp,
+)
+from shoal.protocol.errors import ErrorCode
+from shoal.store.sqlite.coordinator.base import CoordinatorBase
+from shoal.store.sqlite.coordinator.schema import TIMESTAMP_TYPES
+
+_EFFECTIVE_TS = "CASE WHEN timestamp_type = 1 THEN log_append_time ELSE batch_max_timestamp END"
+
+# One statement per partition: the log row and its batches from one snapshot. The range
+# check sits in the join so an out-of-range offset reads no batch at all.
+_FIND_SQL = """
+SELECT l.log_start_offset, l.high_watermark,
+       b.batch_id, f.object_key, b.byte_offset, b.byte_size, b.base_offset, b.last_offset,
+       b.log_append_time, b.batch_max_timestamp, b.timestamp_type,
+       b.producer_id, b.producer_epoch, b.base_sequence, b.last_sequence
+FROM diskless_logs AS l
+LEFT JOIN diskless_batches AS b
+    ON b.log_id = l.log_id AND b.last_offset >= ?1
+    AND ?1 >= l.log_start_offset AND ?1 < l.high_watermark
+LEFT JOIN diskless_files AS f ON f.file_id = b.file_id
+WHERE l.topic_id = ?2 AND l.partition = ?3
+ORDER BY b.last_offset
+"""
+
+
+class FindMixin(CoordinatorBase):
+    """Batch coordinates and offsets, read from a pooled connection."""
+
+    def find_batches(
+        self, find_batch_requests: list[FindBatchRequest], fetch_max_bytes: int
+    ) -> list[FindBatchResponse]:
+        """Batch coordinates from each requested offset on, one indexed query per partition.
+
+        Limits work like Kafka's log reads: a batch is added only while the partition
+        stays within ``max_partition_fetch_bytes`` and the response within
+        ``fetch_max_bytes``, except that the first batch of a partition is always
+        returned when it is the first batch of the response (so a consumer always makes
+        progress) or when it fits in what is left of ``fetch_max_bytes``. Batches are
+        contiguous: we stop at the first batch that does not fit.
+        """
+        responses: list[FindBatchResponse] = []
+        remaining = fetch_max_bytes
+        response_has_data = False
+        with self._read() as conn:
+            for req in find_batch_requests:
+                tip = req.topic_id_partition
+                cur = conn.execute(_FIND_SQL, (req.offset, tip.topic_id.bytes, tip.partition))
+                try:
+                    row = cur.fetchone()
+                    if row is None:
+                        responses.append(FindBatchResponse(ErrorCode.unknown_topic_or_partition, [], -1, -1))
+                        continue
+                    log_start_offset, high_watermark = row[0], row[1]
+                    if req.offset < log_start_offset or req.offset > high_watermark:
+                        responses.append(
+                            FindBatchResponse(
+                                ErrorCode.offset_out_of_range, [], log_start_offset, high_watermark
+                            )
+                        )
+                        continue
+                    found: list[BatchInfo] = []
+                    partition_bytes = 0
+                    while row is not None and row[2] is not None:
+                        size = row[5]
+                        if found:
+                            if partition_bytes + size > req.max_partition_fetch_bytes or size > remaining:
+                                break
+                        elif response_has_data and size > remaining:
+                            break
+                        # Positional: this loop runs once per fetched batch.
+                        found.append(
+                            BatchInfo(
+                                row[2],
+                                row[3],
+                                BatchMetadata(
+                                    tip,
+                                    row[4],
+                                    size,
+                                    row[6],
+                                    row[7],
+                                    row[8],
+                                    row[9],
+                                    TIMESTAMP_TYPES[row[10]],
+                                    row[11],
+                                    row[12],
+                                    row[13],
+                                    row[14],
+                                ),
+                            )
+                        )
+                        partition_bytes += size
+                        remaining -= size
+                        response_has_data = True
+                        if partition_bytes >= req.max_partition_fetch_bytes or remaining <= 0:
+                            break
+                        row = cur.fetchone()
+                finally:
+                    # Resets the statement: an unfinished SELECT would pin its WAL snapshot.
+                    cur.close()
+                responses.append(FindBatchResponse(ErrorCode.none, found, log_start_offset, high_watermark))
+        return responses
+
+    # ------------------------------------------------------------------ offsets
+
+    def list_offsets(self, requests: list[ListOffsetsRequest]) -> list[ListOffsetsResponse]:
+        """Earliest / latest / max-timestamp / by-timestamp lookups at batch granularity.
+
+        Kafka answers a timestamp lookup with the exact first record whose timestamp is
+        >= the target; the coordinator only knows batches, so it answers the base offset
+        (at least the log start offset) of the first batch whose max timestamp is >= the
+        target, with that batch's max timestamp (log append time for LogAppendTime
+        batches). MAX_TIMESTAMP answers the last offset of the earliest batch holding the
+        greatest timestamp. The broker may refine both by reading the batch. Other
+        negative timestamps answer INVALID_REQUEST.
+        """
+        responses: list[ListOffsetsResponse] = []
+        with self._read() as conn:
+            for req in requests:
+                tip = req.topic_id_partition
+                log = conn.execute(
+                    "SELECT log_id, log_start_offset, high_watermark FROM diskless_logs "
+                    "WHERE topic_id = ? AND partition = ?",
+                    (tip.topic_id.bytes, tip.partition),
+                ).fetchone()
+                if log is None:
+                    responses.append(ListOffsetsResponse(ErrorCode.unknown_topic_or_partition, tip, -1, -1))
+                    continue
+                log_id, log_start_offset, high_watermark = log
+                ts = req.timestamp
+                if ts in (ListOffsetsTimestamp.EARLIEST, ListOffsetsTimestamp.EARLIEST_LOCAL):
+                    timestamp, offset = -1, log_start_offset
+                elif ts == ListOffsetsTimestamp.LATEST:
+                    timestamp, offset = -1, high_watermark
+                elif ts == ListOffsetsTimestamp.LATEST_TIERED:
+                    timestamp, offset = -1, -1
+                elif ts == ListOffsetsTimestamp.MAX_TIMESTAMP:
+                    timestamp, offset = self._max_timestamp(conn, log_id)
+                elif ts >= 0:
+                    timestamp, offset = self._offset_for_timestamp(conn, log_id, ts)
+                    if offset >= 0:
+                        offset = max(offset, log_start_offset)
+                else:
+                    responses.append(ListOffsetsResponse(ErrorCode.invalid_request, tip, -1, -1))
+                    continue
+                responses.append(ListOffsetsResponse(ErrorCode.none, tip, timestamp, offset))
+        return responses
+
+    @staticmethod
+    def _offset_for_timestamp(conn: sqlite3.Connection, log_id: int, target: int) -> tuple[int, int]:
+        """(timestamp, base offset) of the first batch with timestamp >= target, or (-1, -1).
+
+        Every batch before the first one whose running max reaches ``target`` is below
+        it; from there we scan for the first batch that itself reaches it (usually that
+        same one; further only when the batch that raised the running max was deleted).
+        """
+        cur = conn.execute(
+            f"SELECT base_offset, {_EFFECTIVE_TS} FROM diskless_batches "
+            "WHERE log_id = ? AND max_ts_so_far >= ? ORDER BY max_ts_so_far, last_offset",
+            (log_id, target),
+        )
+        try:
+            for base_offset, timestamp in cur:
+                if timestamp >= target:
+                    return timestamp, base_offset
+        finally:
+            cur.close()
+        return -1, -1
+
+    @staticmethod
+    def _max_timestamp(conn: sqlite3.Connection, log_id: int) -> tuple[int, int]:
+        """(timestamp, last offset) of the earliest batch with the greatest timestamp."""
+        row = conn.execute(
+            f"SELECT max_ts_so_far, last_offset, {_EFFECTIVE_TS} FROM diskless_batches "
+            "WHERE log_id = ?1 AND max_ts_so_far = "
+            "(SELECT MAX(max_ts_so_far) FROM diskless_batches WHERE log_id = ?1) "
+            "ORDER BY max_ts_so_far, last_offset LIMIT 1",
+            (log_id,),
+        ).fetchone()
+        if row is None:
+            return -1, -1
+        if row[2] == row[0]:
+            return row[0], row[1]
+        # The batch that set the running max was deleted: fall back to a scan.
+        row = conn.execute(
+            f"SELECT {_EFFECTIVE_TS} AS ts, last_offset FROM diskless_batches WHERE log_id = ? "
+            "ORDER BY ts DESC, last_offset ASC LIMIT 1",
+            (log_id,),
+        ).fetchone()
+        return row[0], row[1]
+
+    def get_log_info(self, topic_id: uuid.UUID, partition: int) -> tuple[int, int, int] | None:
+        """(log_start_offset, high_watermark, byte_size) of a diskless partition, or None."""
+        with self._read() as conn:
+            row = conn.execute(
+                "SELECT log_start_offset, high_watermark, byte_size FROM diskless_logs "
+                "WHERE topic_id = ? AND partition = ?",
+                (topic_id.bytes, partition),
+            ).fetchone()
+        return None if row is None else (row[0], row[1], row[2])
