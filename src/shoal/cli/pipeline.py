@@ -169,8 +169,7 @@ def compact(
             raise typer.BadParameter("give --metadata-path or --config/--data-dir, not both")
         if not storage_url:
             raise typer.BadParameter("--metadata-path needs --storage-url (the brokers' diskless.storage.url)")
-        path = Path(metadata_path)
-        store = tool_config(metadata_dir=path.parent if path.suffix == ".db" else path, overrides=override)
+        store = tool_config(metadata_dir=Path(metadata_path), overrides=override)
     else:
         store = tool_config(config, data_dir, None, override)
     storage_url = storage_url or object_storage_url(store)

@@ -13,8 +13,8 @@ from typing import Annotated
 
 import typer
 
-from shoal.config import Config, ConfigError, parse_overrides
-from shoal.store.locate import NoConfigError, resolve_config
+from shoal.config import Config, ConfigError
+from shoal.store.locate import NoConfigError, metadata_dir_config, resolve_config
 
 ConfigOpt = Annotated[
     Path | None,
@@ -47,9 +47,7 @@ def tool_config(
         _usage(f"Give one of {', '.join(given)}, not several.")
     try:
         if metadata_dir is not None:
-            raw = {"metadata.log.dir": str(metadata_dir), "log.dirs": str(metadata_dir)}
-            raw.update(parse_overrides(overrides or []))
-            return Config.from_raw(raw)
+            return metadata_dir_config(metadata_dir, overrides or [])
         return resolve_config(config_file, data_dir, overrides or [])
     except NoConfigError as exc:
         _usage(str(exc))

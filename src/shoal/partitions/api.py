@@ -155,8 +155,6 @@ class FetchOptions:
     max_bytes: int
     min_bytes: int
     max_wait_s: float
-    isolation_level: int = 0
-    client_id: str | None = None
 
 
 class PartitionKind(Protocol):

@@ -50,7 +50,7 @@ class DisklessPartitions:
 
     def __init__(
         self,
-        coordinator: BatchCoordinator,
+        coordinator: BatchCoordinator,  # every implementation is also a CoordinatorInspector (sizes)
         appender: Appender,
         reader: DisklessReader,
         retention: RetentionTask,
@@ -147,12 +147,10 @@ class DisklessPartitions:
         earliest = await self.list_offsets([(p, ListOffsetsTimestamp.EARLIEST) for p in partitions])
         latest = await self.list_offsets([(p, ListOffsetsTimestamp.LATEST) for p in partitions])
         sizes: dict[tuple[Any, int], int] = {}
-        describe_topic = getattr(self._coordinator, "describe_topic", None)  # the inspector is optional
-        if describe_topic is not None:
-            for topic_id in {p.topic.topic_id for p in partitions}:
-                described = await self._run_blocking(describe_topic, topic_id)
-                for d in described.partitions if described is not None else ():
-                    sizes[(topic_id, d.partition)] = d.byte_size
+        for topic_id in {p.topic.topic_id for p in partitions}:
+            described = await self._run_blocking(self._coordinator.describe_topic, topic_id)
+            for d in described.partitions if described is not None else ():
+                sizes[(topic_id, d.partition)] = d.byte_size
         states = []
         for p, start, end in zip(partitions, earliest, latest, strict=True):
             error = start.error if start.error != ErrorCode.none else end.error

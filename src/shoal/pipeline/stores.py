@@ -12,14 +12,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shoal.config import Config, ConfigError, parse_overrides
+from shoal.config import Config, ConfigError
 from shoal.coordinator.api import BatchCoordinator
 from shoal.metadata.cache import MetadataCache
 from shoal.metadata.image import MetadataImage
 from shoal.pipeline.errors import OptionError
 from shoal.store.factory import StoreNotFoundError, open_batch_coordinator, open_metadata_store
-from shoal.store.locate import NoConfigError, resolve_config
-
+from shoal.store.locate import NoConfigError, metadata_dir_config, resolve_config
 
 NO_STORES = (
     "No Shoal stores found: set shoal.config (the brokers' server.properties) or shoal.data.dir (the directory "
@@ -38,11 +37,7 @@ def find_store_config(
         raise OptionError("give one of shoal.config, shoal.data.dir, shoal.metadata.path, not several")
     try:
         if metadata_path:
-            path = Path(metadata_path)
-            metadata_dir = path.parent if path.suffix == ".db" else path
-            raw = {"metadata.log.dir": str(metadata_dir.resolve()), "log.dirs": str(metadata_dir.resolve())}
-            raw.update(parse_overrides(overrides or []))
-            return Config.from_raw(raw)
+            return metadata_dir_config(Path(metadata_path), overrides or [])
         return resolve_config(
             Path(config_file) if config_file else None, Path(data_dir) if data_dir else None, overrides or []
         )

@@ -39,6 +39,15 @@ def embedded_config(data_dir: Path) -> dict[str, str]:
     }
 
 
+def metadata_dir_config(path: Path, overrides: Iterable[str] = ()) -> Config:
+    """The configuration of a broker's ``metadata.log.dir`` given alone (the older ``--metadata-dir`` /
+    ``--metadata-path`` spelling); ``path`` may also name the ``shoal.db`` file in it."""
+    metadata_dir = (path.parent if path.suffix == ".db" else path).resolve()
+    raw = {"metadata.log.dir": str(metadata_dir), "log.dirs": str(metadata_dir)}
+    raw.update(parse_overrides(overrides))
+    return Config.from_raw(raw)
+
+
 def resolve_config(
     config_file: Path | None = None,
     data_dir: Path | None = None,

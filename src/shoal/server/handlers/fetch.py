@@ -39,8 +39,6 @@ async def handle_fetch(ctx: ServerContext, header: RequestHeader, request: Any) 
         max_bytes=request.max_bytes,
         min_bytes=request.min_bytes,
         max_wait_s=request.max_wait.total_seconds(),
-        isolation_level=getattr(request, "isolation_level", 0),
-        client_id=header.client_id,
     )
     outcomes = await ctx.partitions.read(reads, options)
     cls = response_class(header.api_key, header.api_version)
