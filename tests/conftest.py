@@ -1,7 +1,9 @@
 """Make `tests.support` importable however pytest is invoked (the repo root is not always on sys.path),
 and the fixtures shared by the unit and the integration tests."""
 
+import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +14,11 @@ if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
 from tests.support.failfs import FailingDisk, FuseUnavailable  # noqa: E402 - needs the path above
+
+# kio registers hypothesis strategies for its types whenever hypothesis is importable (it is in
+# the test venv, not in a broker's), and hypothesis then caches data under `<cwd>/.hypothesis`:
+# every shoal process a test starts would leave one wherever it runs. One place for the run.
+os.environ.setdefault("HYPOTHESIS_STORAGE_DIRECTORY", tempfile.mkdtemp(prefix="shoal-tests-hypothesis-"))
 
 
 @pytest.fixture

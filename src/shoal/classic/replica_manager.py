@@ -179,8 +179,9 @@ class ReplicaManager:
     def read(self, topic: str, partition: int, offset: int, max_bytes: int, min_one_batch: bool) -> ReadResult:
         return self.get(topic, partition).read(offset, max_bytes, min_one_batch)
 
-    def list_offset(self, topic: str, partition: int, timestamp: int) -> TimestampAndOffset | None:
-        return self.get(topic, partition).fetch_offset_by_timestamp(timestamp)
+    async def list_offset(self, topic: str, partition: int, timestamp: int) -> TimestampAndOffset | None:
+        """On a worker: a lookup by time reads index and segment files and decodes a batch."""
+        return await self._run_blocking(self.get(topic, partition).fetch_offset_by_timestamp, timestamp)
 
     async def delete_records(self, topic: str, partition: int, offset: int) -> int:
         return await self._run_blocking(self.get(topic, partition).delete_records, offset)

@@ -55,7 +55,7 @@ class DisklessReader:
     ) -> None:
         self._storage = storage
         self._coordinator = coordinator
-        self._run_blocking = run_blocking
+        self.run_blocking = self._run_blocking = run_blocking
         self._cache = cache
         self._metrics = metrics
 
@@ -129,7 +129,8 @@ async def exact_timestamp_offset(
     (read,) = await reader.read([(partition, batch_offset, 1)], 1)
     if read.error != ErrorCode.none or not read.records:
         return None
-    _, records = decode_batch(read.records)
+    # Decompressing and decoding a batch is work for a worker thread, not the event loop.
+    _, records = await reader.run_blocking(decode_batch, read.records)
     candidates = records if target == -3 else [r for r in records if r.offset >= batch_offset] or records
     if target == -3:
         best = max(r.timestamp for r in candidates)

@@ -56,9 +56,13 @@ class AppendOutcome:
     #: The LogAppendTime stamped into the batches (ms), -1 for CreateTime topics.
     log_append_time: int = -1
     log_start_offset: int = -1
+    #: The records that made the append fail: (index in the batch, message), Produce v8+.
+    record_errors: tuple[tuple[int, str], ...] = ()
 
-    def fail(self, error: ErrorCode, message: str | None) -> AppendOutcome:
-        self.error, self.message = error, message
+    def fail(
+        self, error: ErrorCode, message: str | None, record_errors: tuple[tuple[int, str], ...] = ()
+    ) -> AppendOutcome:
+        self.error, self.message, self.record_errors = error, message, record_errors
         return self
 
 

@@ -89,7 +89,7 @@ class ClassicPartitions:
         outcomes = []
         for ref, timestamp in lookups:
             try:
-                found = self.replicas.list_offset(ref.name, ref.partition, timestamp)
+                found = await self.replicas.list_offset(ref.name, ref.partition, timestamp)
             except KafkaError as exc:
                 outcomes.append(OffsetOutcome(exc.code))
                 continue

@@ -35,9 +35,8 @@ from shoal.partitions.api import (
 )
 from shoal.partitions.classic import ClassicPartitions
 from shoal.partitions.notify import CommitNotifier
-from shoal.protocol.errors import ErrorCode, KafkaError
-from shoal.records.batch import validate_records
-from shoal.records.types import TimestampType
+from shoal.partitions.validation import RecordValidator
+from shoal.protocol.errors import ErrorCode, KafkaError, RecordValidationError
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +76,9 @@ class Partitions:
         self._classic = classic
         self._notifier = notifier
         self._metrics = metrics
+        self._validator = RecordValidator(config)
+        #: Per partition, the last append still waiting for its validation (arrival order).
+        self._append_tails: dict[tuple[Any, int], asyncio.Future[None]] = {}
 
     # ------------------------------------------------------------------------------- lifecycle
 
@@ -88,6 +90,7 @@ class Partitions:
         """Finish or fail every accepted append (diskless first: its answers wait on uploads)."""
         for kind in reversed(list(self._kinds.values())):
             await kind.stop()
+        self._validator.close()
 
     # --------------------------------------------------------------------------------- routing
 
@@ -130,7 +133,11 @@ class Partitions:
 
     async def append(self, requests: Sequence[AppendRequest], options: ProduceOptions) -> list[AppendOutcome]:
         """Validate and append every partition's batches. With acks=0 the answers are not awaited
-        (flushes still run); otherwise each answer comes when its partition may be acknowledged."""
+        (flushes still run); otherwise each answer comes when its partition may be acknowledged.
+
+        Appends to one partition happen in the order the requests arrived, also when a big
+        batch's validation finishes on a worker after a later request's (an idempotent
+        producer's sequence numbers depend on it)."""
         image = self._image()
         outcomes: list[AppendOutcome] = []
         waits: list[Awaitable[AppendOutcome] | None] = []
@@ -146,15 +153,18 @@ class Partitions:
                 if options.acks not in (0, 1, -1):
                     raise KafkaError(ErrorCode.invalid_required_acks, f"acks={options.acks} is not one of 0, 1, -1")
                 ref = self.resolve(image, request.topic, request.partition)
-                records = self._validate(ref.topic, request.records, options.produce_version)
-                sizes[-1] = (request.topic, records.size, records.count)
-                waits[-1] = self.kind_of(ref.topic).append(ref, records)
-            except KafkaError as exc:
-                log.info(
-                    "rejected produce to %s-%d from %s: %s (%s)",
-                    request.topic, request.partition, options.client_id, exc.message, exc.code.name,
+                validated = self._validator.validate(
+                    ref.topic, ref.partition, request.records, options.produce_version
                 )
-                outcome.fail(exc.code, exc.message)
+                if isinstance(validated, ValidatedRecords):
+                    self._refuse_transactional(validated)
+                    sizes[-1] = (request.topic, validated.size, validated.count)
+                    if ref.wake_key not in self._append_tails:
+                        waits[-1] = self.kind_of(ref.topic).append(ref, validated)
+                        continue
+                waits[-1] = self._append_in_order(ref, validated, outcome, sizes, len(sizes) - 1, options)
+            except KafkaError as exc:
+                self._refused(request.topic, request.partition, options, outcome, exc)
         if options.acks == 0:
             for wait in waits:
                 if wait is not None:
@@ -170,20 +180,65 @@ class Partitions:
                 self._metrics.bytes_in(topic, size, count)
         return outcomes
 
-    def _validate(self, topic: TopicImage, records: bytes | memoryview | None, produce_version: int) -> ValidatedRecords:
-        """Kafka's LogValidator checks for the topic's limits; transactional batches are refused."""
-        max_bytes = int(topic.configs.get("max.message.bytes", self._config.topic_default("max.message.bytes")))
-        timestamp_type = TimestampType.from_config(
-            topic.configs.get("message.timestamp.type", self._config.topic_default("message.timestamp.type"))
-        )
-        view = memoryview(records or b"")
-        batches = validate_records(view, max_bytes, produce_version=produce_version)
-        for _, batch in batches:
+    def _append_in_order(
+        self,
+        ref: PartitionRef,
+        validated: ValidatedRecords | Awaitable[ValidatedRecords],
+        outcome: AppendOutcome,
+        sizes: list[tuple[str, int, int]],
+        index: int,
+        options: ProduceOptions,
+    ) -> Awaitable[AppendOutcome]:
+        """Append after every earlier append to the partition that is still being validated.
+
+        The partition's place in line is taken now (synchronously, in arrival order)."""
+        key = ref.wake_key
+        previous = self._append_tails.get(key)
+        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._append_tails[key] = mine
+
+        async def run() -> AppendOutcome:
+            try:
+                try:
+                    records = validated if isinstance(validated, ValidatedRecords) else await validated
+                    self._refuse_transactional(records)
+                finally:
+                    if previous is not None:
+                        await previous
+                sizes[index] = (ref.name, records.size, records.count)
+                wait = self.kind_of(ref.topic).append(ref, records)
+            except KafkaError as exc:
+                self._refused(ref.name, ref.partition, options, outcome, exc)
+                return outcome
+            finally:
+                mine.set_result(None)
+                if self._append_tails.get(key) is mine:
+                    del self._append_tails[key]
+            return await wait
+
+        # A task, not a bare coroutine: it must run (and free its place in line) even when
+        # the request waiting for it is cancelled.
+        task = asyncio.ensure_future(run())
+        _background.add(task)
+        task.add_done_callback(_background.discard)
+        return task
+
+    @staticmethod
+    def _refuse_transactional(records: ValidatedRecords) -> None:
+        for _, batch in records.batches:
             if batch.is_transactional:
                 raise KafkaError(
                     ErrorCode.invalid_record, "Transactional batches are not supported by this Shoal version yet"
                 )
-        return ValidatedRecords(view, batches, timestamp_type)
+
+    @staticmethod
+    def _refused(topic: str, partition: int, options: ProduceOptions, outcome: AppendOutcome, exc: KafkaError) -> None:
+        log.info(
+            "rejected produce to %s-%d from %s: %s (%s)",
+            topic, partition, options.client_id, exc.message, exc.code.name,
+        )
+        record_errors = exc.record_errors if isinstance(exc, RecordValidationError) else ()
+        outcome.fail(exc.code, exc.message, record_errors)
 
     # ------------------------------------------------------------------------------------ read
 

@@ -17,6 +17,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
 from shoal.protocol.errors import ErrorCode, KafkaError
+from shoal.protocol.guard import MalformedRequest, check_request
 from shoal.protocol.schemas import metadata_v14_request, metadata_v14_response
 
 
@@ -169,12 +170,25 @@ def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
         raise UnsupportedVersion(peeked)
     cls = request_class(peeked.api_key, peeked.api_version)
     try:
+        # kio trusts the counts and lengths in the frame (and aborts the process on an absurd
+        # one), lets null through where the schema has none and raises on unknown tags: the
+        # guard checks the frame first, and drops the tagged fields kio cannot read.
+        frame = check_request(frame, cls, cls.__header_schema__)
+    except MalformedRequest as exc:
+        raise KafkaError(
+            ErrorCode.invalid_request, f"malformed {spec.name} v{peeked.api_version} request: {exc.message}"
+        ) from None
+    try:
         kio_header, header_size = _reader(cls.__header_schema__)(frame, 0)
         body, _ = _reader(cls)(frame, header_size)
     except Exception as exc:  # kio raises a variety of errors on malformed input
+        detail = f"{exc.__class__.__name__}: {exc}"
+        try:  # the guard leaves UTF-8 to kio; asked to check it too, it names the field
+            check_request(frame, cls, cls.__header_schema__, check_utf8=True)
+        except MalformedRequest as refused:
+            detail = refused.message
         raise KafkaError(
-            ErrorCode.invalid_request,
-            f"malformed {spec.name} v{peeked.api_version} request: {exc.__class__.__name__}: {exc}",
+            ErrorCode.invalid_request, f"malformed {spec.name} v{peeked.api_version} request: {detail}"
         ) from None
     return RequestHeader(peeked.api_key, peeked.api_version, peeked.correlation_id, kio_header.client_id), body
 

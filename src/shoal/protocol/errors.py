@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-__all__ = ["ErrorCode", "KafkaError"]
+__all__ = ["ErrorCode", "KafkaError", "RecordValidationError"]
 
 
 class KafkaError(Exception):
@@ -18,3 +18,12 @@ class KafkaError(Exception):
     @property
     def retriable(self) -> bool:
         return bool(self.code.retriable)
+
+
+class RecordValidationError(KafkaError):
+    """A produce refused because of particular records (Kafka's RecordValidationException):
+    Produce v8+ answers name them as ``record_errors`` (index in the batch, message)."""
+
+    def __init__(self, code: ErrorCode, record_index: int, message: str) -> None:
+        super().__init__(code, message)
+        self.record_errors = ((record_index, message),)

@@ -45,6 +45,7 @@ __all__ = [
     "TRANSACTIONAL_FLAG",
     "crc_of",
     "read_header",
+    "set_max_timestamp",
     "stamp_batch",
     "validate_records",
 ]
@@ -321,6 +322,11 @@ def stamp_batch(
     if attributes & TIMESTAMP_TYPE_FLAG and max_ts == log_append_time:
         return
     _I16.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes | TIMESTAMP_TYPE_FLAG)
-    _I64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, log_append_time)
+    set_max_timestamp(buf, pos, log_append_time)
+
+
+def set_max_timestamp(buf: bytearray | memoryview, pos: int, max_timestamp: int) -> None:
+    """Write the batch's maxTimestamp and recompute its CRC (Kafka's ``setMaxTimestamp``)."""
+    _I64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, max_timestamp)
     size = _unpack_i32(buf, pos + BATCH_LENGTH_OFFSET)[0] + LOG_OVERHEAD
     _U32.pack_into(buf, pos + CRC_OFFSET, crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + size]))

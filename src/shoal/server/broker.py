@@ -23,9 +23,11 @@ from shoal.objects.storage import ObjectStorage
 from shoal.observability.metrics import BrokerMetrics, MetricsServer, start_metrics_server
 from shoal.partitions.factory import build_partitions
 from shoal.partitions.manager import Partitions
-from shoal.server.connection import serve_connection
+from shoal.server.connection import ConnectionSettings, serve_connection
 from shoal.server.context import ServerContext
 from shoal.server.dispatch import dispatch
+from shoal.server.limits import ConnectionQuotas, RequestBudget
+from shoal.server.memory import trim_periodically, tune_allocator
 from shoal.store.factory import Stores, object_storage_url, open_stores
 from shoal.txn.producer_ids import ProducerIdManager
 
@@ -74,6 +76,7 @@ class Broker:
 
     async def start(self) -> None:
         config = self.config
+        tune_allocator()
         listen = parse_listener(config["listeners"][0])
         advertised = parse_listener((config["advertised.listeners"] or config["listeners"])[0])
         if not advertised.host:
@@ -135,17 +138,27 @@ class Broker:
         self.ctx = ctx
         self._tasks.append(asyncio.create_task(self._tail_metadata(), name="metadata-tail"))
         self._tasks.append(asyncio.create_task(self._renew_lease(), name="controller-lease"))
+        self._tasks.append(asyncio.create_task(trim_periodically(), name="memory-trim"))
 
-        max_request = config["socket.request.max.bytes"]
+        settings = ConnectionSettings(config["socket.request.max.bytes"], config["connections.max.idle.ms"] / 1000)
+        budget = RequestBudget(config["queued.max.requests"], config["queued.max.request.bytes"])
+        quotas = ConnectionQuotas(config["max.connections"], config["max.connections.per.ip"])
 
         async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            ip = str((writer.get_extra_info("peername") or ("?",))[0])
+            refused = quotas.admit(ip)
+            if refused is not None:
+                log.info("closing connection from %s: %s", ip, refused)
+                writer.transport.abort()
+                return
             task = asyncio.current_task()
             assert task is not None
             self._connections.add(task)
             try:
-                await serve_connection(reader, writer, lambda frame, peer: dispatch(ctx, frame, peer), max_request)
+                await serve_connection(reader, writer, lambda frame, peer: dispatch(ctx, frame, peer), settings, budget)
             finally:
                 self._connections.discard(task)
+                quotas.release(ip)
 
         self._server = await asyncio.start_server(
             on_connection, host=listen.host or None, port=listen.port, reuse_address=True, limit=1 << 20

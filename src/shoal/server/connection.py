@@ -1,11 +1,17 @@
-"""One client connection: read size-prefixed frames, handle them concurrently, answer in order.
+"""One client connection: read size-prefixed frames, handle them, answer in order.
 
-Requests of one connection are handled concurrently (a producer pipelines many
-Produce requests while the first waits for its WAL segment to commit: with a 250 ms
-commit interval, answering one request at a time would cap a connection at four
-requests a second), but they are started in arrival order and their responses are
-written in arrival order, as the Kafka protocol requires. What one connection may
-have in flight is bounded by count and by bytes.
+Kafka mutes a connection from the moment a request arrives until its response is sent, so
+one client can never have more than one request in the broker. Shoal does the same for every
+API but Produce: a producer may pipeline up to ``PRODUCE_PIPELINE_DEPTH`` Produce requests
+(what an idempotent producer's ``max.in.flight.requests.per.connection`` allows), because a
+diskless append waits for its WAL segment to commit, and answering one request per commit
+interval would cap a connection at a few requests a second. Responses always go out in
+request order.
+
+A connection is also muted while its unsent responses fill the socket: a client that stops
+reading stops being served, and never makes the broker hold more than one more response for
+it. Across the broker, ``RequestBudget`` bounds the requests (``queued.max.requests``) and
+request bytes (``queued.max.request.bytes``) read but not yet answered.
 """
 
 from __future__ import annotations
@@ -14,111 +20,172 @@ import asyncio
 import contextlib
 import logging
 import struct
+import time
+from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from shoal.server.dispatch import CloseConnection
+from shoal.server.limits import RequestBudget
 
 log = logging.getLogger(__name__)
 
-MAX_INFLIGHT_REQUESTS = 4096
-MAX_INFLIGHT_BYTES = 64 * 1024 * 1024
+PRODUCE_PIPELINE_DEPTH = 5
+_PRODUCE_API_KEY = 0
 _SIZE = struct.Struct(">i")
+_API_KEY = struct.Struct(">h")
+
+Handler = Callable[[memoryview, str], Awaitable[bytes | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionSettings:
+    max_request_bytes: int  # socket.request.max.bytes
+    idle_s: float  # connections.max.idle.ms; <= 0 never closes an idle connection
+
+
+class _InFlight:
+    """The requests of one connection read but not yet answered, oldest first."""
+
+    def __init__(self) -> None:
+        self.items: deque[tuple[asyncio.Task[bytes | None], int, bool]] = deque()
+        self.changed = asyncio.Event()
+
+    def may_read(self) -> bool:
+        """Whether another request may be read now: none in flight, or only pipelined produces."""
+        n = len(self.items)
+        return n == 0 or (n < PRODUCE_PIPELINE_DEPTH and all(produce for _, _, produce in self.items))
+
+    async def wait(self, ready: Callable[[], bool]) -> None:
+        while not ready():
+            self.changed.clear()
+            await self.changed.wait()
 
 
 async def serve_connection(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
-    handle: Callable[[memoryview, str], Awaitable[bytes | None]],
-    max_request_bytes: int,
+    handle: Handler,
+    settings: ConnectionSettings,
+    budget: RequestBudget,
 ) -> None:
     peer = "{}:{}".format(*(writer.get_extra_info("peername") or ("?", "?"))[:2])
-    pending: asyncio.Queue[tuple[asyncio.Task[bytes | None], int] | None] = asyncio.Queue(MAX_INFLIGHT_REQUESTS)
-    budget = _ByteBudget()
-    sender = asyncio.create_task(_send_responses(pending, writer, budget))
+    inflight = _InFlight()
+    responses: asyncio.Queue[tuple[asyncio.Task[bytes | None], int] | None] = asyncio.Queue()
+    last_active = [time.monotonic()]
+    sender = asyncio.create_task(_send_responses(responses, writer, inflight, budget, last_active))
+    # However the sender ends (a request that closes the connection, a client gone), the reader
+    # may be waiting for room in the pipeline: wake it so it sees the end and cleans up.
+    sender.add_done_callback(lambda _: inflight.changed.set())
+    idle = asyncio.create_task(_close_when_idle(settings.idle_s, last_active, inflight, peer, writer))
     try:
         while not sender.done():
+            # Muted while a request that may not be pipelined is in flight, or the client has not
+            # read what we already sent (the transport's buffer stays full until it does).
+            await inflight.wait(lambda: inflight.may_read() or sender.done())
+            if sender.done():
+                break
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
             try:
                 size = _SIZE.unpack(await reader.readexactly(4))[0]
             except (asyncio.IncompleteReadError, ConnectionError):
                 break
-            if size <= 0 or size > max_request_bytes:
-                log.warning(
+            last_active[0] = time.monotonic()
+            if size <= 0 or size > settings.max_request_bytes:
+                log.info(
                     "closing connection from %s: request size %d is outside 1..%d (socket.request.max.bytes)",
-                    peer, size, max_request_bytes,
+                    peer, size, settings.max_request_bytes,
                 )
                 break
+            await budget.acquire(size)
             try:
                 frame = await reader.readexactly(size)
             except (asyncio.IncompleteReadError, ConnectionError):
+                budget.release(size)
                 break
+            last_active[0] = time.monotonic()
+            produce = size >= 2 and _API_KEY.unpack_from(frame)[0] == _PRODUCE_API_KEY
+            if not produce:
+                # Everything but Produce runs alone, as Kafka's muted channel makes it.
+                await inflight.wait(lambda: not inflight.items or sender.done())
+                if sender.done():
+                    budget.release(size)
+                    break
             task = asyncio.ensure_future(handle(memoryview(frame), peer))
-            await pending.put((task, size))
-            await budget.take(size, sender)
+            inflight.items.append((task, size, produce))
+            responses.put_nowait((task, size))
     finally:
+        idle.cancel()
         if not sender.done():
-            try:
-                pending.put_nowait(None)
-            except asyncio.QueueFull:
-                sender.cancel()
+            responses.put_nowait(None)
         try:
             await sender
         except asyncio.CancelledError:
             sender.cancel()  # we are being cancelled (shutdown): stop answering
         except Exception:
             log.debug("response writer for %s ended with an error", peer, exc_info=True)
+        _cancel_unanswered(inflight, budget)
         writer.close()
         # A connection cancelled at shutdown has nothing left to wait for.
         with contextlib.suppress(Exception, asyncio.CancelledError):
             await writer.wait_closed()
 
 
-class _ByteBudget:
-    """Request bytes a connection has in flight; reading pauses while over the limit."""
-
-    def __init__(self) -> None:
-        self.used = 0
-        self._freed = asyncio.Event()
-
-    async def take(self, size: int, sender: asyncio.Task[None]) -> None:
-        self.used += size
-        while self.used > MAX_INFLIGHT_BYTES and not sender.done():
-            self._freed.clear()
-            await self._freed.wait()
-
-    def give(self, size: int) -> None:
-        self.used -= size
-        self._freed.set()
-
-
 async def _send_responses(
-    pending: asyncio.Queue[tuple[asyncio.Task[bytes | None], int] | None],
+    responses: asyncio.Queue[tuple[asyncio.Task[bytes | None], int] | None],
     writer: asyncio.StreamWriter,
-    budget: _ByteBudget,
+    inflight: _InFlight,
+    budget: RequestBudget,
+    last_active: list[float],
 ) -> None:
     """Write each response when its turn comes; stop at the first request that closes the connection."""
     while True:
-        item = await pending.get()
+        item = await responses.get()
         if item is None:
             return
         task, size = item
         try:
             response = await task
         except CloseConnection:
-            writer.transport.abort() if writer.transport else None
-            _drain_cancel(pending)
+            if writer.transport is not None:
+                writer.transport.abort()
             return
         if response is not None:
             try:
                 writer.write(response)
-                await writer.drain()
             except (ConnectionError, RuntimeError):  # RuntimeError: transport already closed
-                _drain_cancel(pending)
                 return
-        budget.give(size)
+            last_active[0] = time.monotonic()
+        inflight.items.popleft()
+        budget.release(size)
+        inflight.changed.set()
+        if writer.transport is not None and writer.transport.get_write_buffer_size() > 0:
+            try:
+                await writer.drain()  # the client is slow to read: wait before answering more
+            except (ConnectionError, RuntimeError):
+                return
+            last_active[0] = time.monotonic()
 
 
-def _drain_cancel(pending: asyncio.Queue[tuple[asyncio.Task[bytes | None], int] | None]) -> None:
-    while not pending.empty():
-        item = pending.get_nowait()
-        if item is not None:
-            item[0].cancel()
+def _cancel_unanswered(inflight: _InFlight, budget: RequestBudget) -> None:
+    while inflight.items:
+        task, size, _ = inflight.items.popleft()
+        task.cancel()
+        budget.release(size)
+
+
+async def _close_when_idle(
+    idle_s: float, last_active: list[float], inflight: _InFlight, peer: str, writer: asyncio.StreamWriter
+) -> None:
+    """Close the connection after ``connections.max.idle.ms`` without a request or a response."""
+    if idle_s <= 0:
+        return
+    while True:
+        await asyncio.sleep(max(last_active[0] + idle_s - time.monotonic(), 0.05))
+        if not inflight.items and time.monotonic() - last_active[0] >= idle_s:
+            log.info("closing connection from %s: idle for more than %d ms (connections.max.idle.ms)",
+                     peer, int(idle_s * 1000))
+            if writer.transport is not None:
+                writer.transport.abort()
+            return

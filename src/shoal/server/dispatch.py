@@ -100,10 +100,10 @@ async def dispatch(ctx: ServerContext, frame: memoryview, peer: str) -> bytes | 
     except UnsupportedVersion as exc:
         if exc.header.api_key == ApiKey.API_VERSIONS:
             return unsupported_version_response(exc.header)
-        log.warning("closing connection from %s: %s", peer, exc)
+        log.info("closing connection from %s: %s", peer, exc)
         raise CloseConnection(str(exc)) from None
     except KafkaError as exc:
-        log.warning("closing connection from %s: %s", peer, exc.message)
+        log.info("closing connection from %s: %s", peer, exc.message)
         raise CloseConnection(exc.message) from None
     header.client_host = client_host(peer)
     started = time.perf_counter()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import io
+import re
 import struct
 from typing import Any
 
@@ -18,8 +19,26 @@ from shoal.server.context import ServerContext
 _ZERO = datetime.timedelta(0)
 
 
+# Kafka's ApiVersionsRequest.SOFTWARE_NAME_VERSION_PATTERN (KIP-511); it admits no empty string.
+_SOFTWARE_NAME_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+
+
+def is_valid_request(header: RequestHeader, request: Any) -> bool:
+    """Kafka's ApiVersionsRequest.isValid(): from v3 the client software name and version must match."""
+    if header.api_version < 3:
+        return True
+    return all(
+        isinstance(value, str) and _SOFTWARE_NAME_VERSION.fullmatch(value) is not None
+        for value in (request.client_software_name, request.client_software_version)
+    )
+
+
 async def handle_api_versions(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     cls = response_class(header.api_key, header.api_version)
+    if not is_valid_request(header, request):
+        # As Kafka's ApiVersionsRequest.getErrorResponse(INVALID_REQUEST): only UNSUPPORTED_VERSION
+        # answers carry api_keys, this one has none.
+        return make(cls, error_code=ErrorCode.invalid_request, api_keys=(), throttle_time=_ZERO)
     version_cls = nested(cls, "ApiVersion")
     return make(
         cls,

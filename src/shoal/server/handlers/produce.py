@@ -27,6 +27,7 @@ async def handle_produce(ctx: ServerContext, header: RequestHeader, request: Any
     cls = response_class(header.api_key, header.api_version)
     partition_cls = nested(cls, "PartitionProduceResponse")
     topic_cls = nested(cls, "TopicProduceResponse")
+    record_error_cls = nested(cls, "BatchIndexAndErrorMessage")
     responses = []
     for topic_data in request.topic_data:
         partitions = []
@@ -44,7 +45,10 @@ async def handle_produce(ctx: ServerContext, header: RequestHeader, request: Any
                         else None
                     ),
                     log_start_offset=r.log_start_offset,
-                    record_errors=(),
+                    record_errors=tuple(
+                        record_error_cls(batch_index=index, batch_index_error_message=message)
+                        for index, message in r.record_errors
+                    ) if record_error_cls is not None else (),
                     error_message=r.message,
                 )
             )

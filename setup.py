@@ -1,0 +1,3 @@
+from setuptools import Extension, setup
+
+setup(ext_modules=[Extension("shoal.records._scan", ["src/shoal/records/_scan.c"], extra_compile_args=["-O2"])])

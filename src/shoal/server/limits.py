@@ -1,0 +1,75 @@
+"""Broker-wide bounds on connections and queued requests, with Kafka's names and defaults.
+
+- ``RequestBudget``: requests read from any connection but not yet answered, bounded by count
+  (``queued.max.requests``) and by bytes (``queued.max.request.bytes``, -1 = no byte bound,
+  as Kafka's memory pool). A connection that finds the budget spent stops reading until
+  answers free some, so a flood stalls the flooders, not the memory of the broker.
+- ``ConnectionQuotas``: ``max.connections`` across the listener and ``max.connections.per.ip``;
+  a connection over either is closed as soon as it is accepted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+
+log = logging.getLogger(__name__)
+
+
+class RequestBudget:
+    """Counts and bytes of queued requests; ``acquire`` waits while either is spent.
+
+    Like Kafka's memory pool, a request larger than what is left is let in once the pool
+    has anything left at all, so one large request never waits forever.
+    """
+
+    def __init__(self, max_requests: int, max_bytes: int) -> None:
+        self.max_requests = max_requests
+        self.max_bytes = max_bytes
+        self.requests = 0
+        self.bytes = 0
+        self._freed = asyncio.Event()
+
+    def _has_room(self) -> bool:
+        if self.requests >= self.max_requests:
+            return False
+        return self.max_bytes < 0 or self.bytes < self.max_bytes
+
+    async def acquire(self, size: int) -> None:
+        while not self._has_room():
+            self._freed.clear()
+            await self._freed.wait()
+        self.requests += 1
+        self.bytes += size
+
+    def release(self, size: int) -> None:
+        self.requests -= 1
+        self.bytes -= size
+        self._freed.set()
+
+
+class ConnectionQuotas:
+    """Open connections, in all and per client address."""
+
+    def __init__(self, max_connections: int, max_per_ip: int) -> None:
+        self.max_connections = max_connections
+        self.max_per_ip = max_per_ip
+        self.total = 0
+        self.per_ip: Counter[str] = Counter()
+
+    def admit(self, ip: str) -> str | None:
+        """Count a new connection in, or say why it is refused (then nothing is counted)."""
+        if self.total >= self.max_connections:
+            return f"{self.total} connections are open, max.connections is {self.max_connections}"
+        if self.per_ip[ip] >= self.max_per_ip:
+            return f"{self.per_ip[ip]} connections from {ip} are open, max.connections.per.ip is {self.max_per_ip}"
+        self.total += 1
+        self.per_ip[ip] += 1
+        return None
+
+    def release(self, ip: str) -> None:
+        self.total -= 1
+        self.per_ip[ip] -= 1
+        if self.per_ip[ip] <= 0:
+            del self.per_ip[ip]
