@@ -83,6 +83,24 @@ def _convert(d: ConfigDef, raw: Any) -> Any:
     return str(raw)
 
 
+def _override_items(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def _connection_overrides_problem(value: str) -> str | None:
+    for item in _override_items(value):
+        address, sep, count = item.rpartition(":")
+        if not sep or not address or not count.strip().isdigit():
+            return f"{item!r} is not of the form address:count"
+    return None
+
+
+def connection_overrides(value: str) -> dict[str, int]:
+    """``max.connections.per.ip.overrides`` as {address: count} (validated when parsed)."""
+    pairs = (item.rpartition(":") for item in _override_items(value))
+    return {address.strip(): int(count) for address, _, count in pairs}
+
+
 def at_least(minimum: int) -> Callable[[Any], str | None]:
     return lambda v: None if v >= minimum else f"Value must be at least {minimum}"
 
@@ -193,6 +211,14 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             2147483647,
             "Connections one client address may keep open at once; newer ones are closed when accepted.",
             at_least(0),
+        ),
+        ConfigDef(
+            "max.connections.per.ip.overrides",
+            ConfigType.STRING,
+            "",
+            "Per-address exceptions to `max.connections.per.ip`, as `address:count` pairs "
+            "separated by commas (e.g. `127.0.0.1:200,10.0.0.7:0`).",
+            _connection_overrides_problem,
         ),
         ConfigDef(
             "connections.max.idle.ms",

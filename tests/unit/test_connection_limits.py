@@ -199,3 +199,13 @@ async def test_a_connection_closed_mid_pipeline_gives_its_budget_back() -> None:
         assert await asyncio.wait_for(reader.read(), 5) == b""
         await eventually(lambda: budget.requests == 0 and budget.bytes == 0)
         writer.close()
+
+
+def test_connection_quota_overrides() -> None:
+    """``max.connections.per.ip.overrides``: an address's own limit, 0 refusing it outright."""
+    quotas = ConnectionQuotas(max_connections=100, max_per_ip=1, overrides={"10.0.0.1": 3, "10.0.0.9": 0})
+    assert [quotas.admit("10.0.0.1") for _ in range(3)] == [None, None, None]
+    assert "max.connections.per.ip is 3" in (quotas.admit("10.0.0.1") or "")
+    assert "max.connections.per.ip is 0" in (quotas.admit("10.0.0.9") or "")
+    assert quotas.admit("10.0.0.2") is None
+    assert quotas.admit("10.0.0.2") is not None

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from shoal.config import Config
+from shoal.config import Config, connection_overrides
 from shoal.groups.coordinator import GroupConfig, GroupCoordinator
 from shoal.metadata.cache import MetadataCache
 from shoal.metadata.controller import Controller
@@ -142,7 +142,11 @@ class Broker:
 
         settings = ConnectionSettings(config["socket.request.max.bytes"], config["connections.max.idle.ms"] / 1000)
         budget = RequestBudget(config["queued.max.requests"], config["queued.max.request.bytes"])
-        quotas = ConnectionQuotas(config["max.connections"], config["max.connections.per.ip"])
+        quotas = ConnectionQuotas(
+            config["max.connections"],
+            config["max.connections.per.ip"],
+            connection_overrides(config["max.connections.per.ip.overrides"]),
+        )
 
         async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             ip = str((writer.get_extra_info("peername") or ("?",))[0])

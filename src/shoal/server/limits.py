@@ -4,8 +4,9 @@
   (``queued.max.requests``) and by bytes (``queued.max.request.bytes``, -1 = no byte bound,
   as Kafka's memory pool). A connection that finds the budget spent stops reading until
   answers free some, so a flood stalls the flooders, not the memory of the broker.
-- ``ConnectionQuotas``: ``max.connections`` across the listener and ``max.connections.per.ip``;
-  a connection over either is closed as soon as it is accepted.
+- ``ConnectionQuotas``: ``max.connections`` across the listener and ``max.connections.per.ip``
+  (with ``max.connections.per.ip.overrides``); a connection over either is closed as soon as it
+  is accepted.
 """
 
 from __future__ import annotations
@@ -52,9 +53,10 @@ class RequestBudget:
 class ConnectionQuotas:
     """Open connections, in all and per client address."""
 
-    def __init__(self, max_connections: int, max_per_ip: int) -> None:
+    def __init__(self, max_connections: int, max_per_ip: int, overrides: dict[str, int] | None = None) -> None:
         self.max_connections = max_connections
         self.max_per_ip = max_per_ip
+        self.overrides = overrides or {}
         self.total = 0
         self.per_ip: Counter[str] = Counter()
 
@@ -62,8 +64,9 @@ class ConnectionQuotas:
         """Count a new connection in, or say why it is refused (then nothing is counted)."""
         if self.total >= self.max_connections:
             return f"{self.total} connections are open, max.connections is {self.max_connections}"
-        if self.per_ip[ip] >= self.max_per_ip:
-            return f"{self.per_ip[ip]} connections from {ip} are open, max.connections.per.ip is {self.max_per_ip}"
+        limit = self.overrides.get(ip, self.max_per_ip)
+        if self.per_ip[ip] >= limit:
+            return f"{self.per_ip[ip]} connections from {ip} are open, its max.connections.per.ip is {limit}"
         self.total += 1
         self.per_ip[ip] += 1
         return None
