@@ -16,6 +16,7 @@ from shoal.config import Config
 from shoal.metadata.cache import MetadataCache
 from shoal.metadata.controller import Controller, NewTopic
 from shoal.objects.factory import open_object_storage
+from shoal.objects.faulty import Fault, FaultyObjectStorage
 from shoal.observability.metrics import BrokerMetrics
 from shoal.partitions.api import AppendRequest, FetchOptions, ProduceOptions, ReadRequest
 from shoal.partitions.factory import build_partitions
@@ -33,10 +34,13 @@ async def run_blocking(fn: Callable, *args: Any) -> Any:
 
 
 class Node:
-    def __init__(self, partitions: Partitions, controller: Controller, metadata: MetadataCache) -> None:
+    def __init__(
+        self, partitions: Partitions, controller: Controller, metadata: MetadataCache, storage: FaultyObjectStorage
+    ) -> None:
         self.partitions = partitions
         self.controller = controller
         self.metadata = metadata
+        self.storage = storage
 
     async def create(self, name: str, partitions: int, **configs: str) -> None:
         await run_blocking(self.controller.create_topic, NewTopic(name, partitions, configs=configs))
@@ -47,9 +51,12 @@ class Node:
 
 
 @pytest.fixture
-async def node(tmp_path: Path) -> AsyncIterator[Node]:
+async def node(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Node]:
+    """A node; ``@pytest.mark.node_config(key=value, ...)`` on a test adds broker configs."""
     raw = embedded_config(tmp_path)
     raw.update({"diskless.append.commit.interval.ms": "20", "log.retention.check.interval.ms": "600000"})
+    marker = request.node.get_closest_marker("node_config")
+    raw.update(marker.kwargs if marker else {})
     config = Config.from_raw(raw)
     stores = await run_blocking(open_stores, config)
     metadata = MetadataCache(stores.metadata)
@@ -57,14 +64,14 @@ async def node(tmp_path: Path) -> AsyncIterator[Node]:
     controller = await run_blocking(Controller, stores.metadata, config, metadata.catch_up)
     await run_blocking(controller.register_broker, 1, "127.0.0.1", 9092, None)
     await run_blocking(metadata.catch_up)
-    storage = open_object_storage(object_storage_url(config))
+    storage = FaultyObjectStorage(open_object_storage(object_storage_url(config)))
     partitions = build_partitions(
         config, 1, "cluster", lambda: metadata.image, stores.coordinator, storage, BrokerMetrics(),
         run_blocking, lambda reason: None,
     )
     await partitions.start()
     try:
-        yield Node(partitions, controller, metadata)
+        yield Node(partitions, controller, metadata, storage)
     finally:
         await partitions.stop()
         await storage.close()
@@ -178,3 +185,21 @@ async def test_only_replicas_on_disk_move_between_log_dirs(node: Node, tmp_path:
     with pytest.raises(Exception) as unknown:
         await node.partitions.alter_log_dir("nope", 0, str(tmp_path / "logs"))
     assert unknown.value.code == ErrorCode.unknown_topic_or_partition
+
+
+@pytest.mark.node_config(**{"diskless.fetch.cache.max.bytes": "0"})
+async def test_a_timestamp_lookup_that_cannot_read_its_batch_says_so(node: Node) -> None:
+    """ListOffsets by time reads the diskless batch to find the exact record; when object storage
+    fails that read, the answer is KAFKA_STORAGE_ERROR (retriable), not the batch's first offset."""
+    await node.create("d", 1, **{"diskless.enable": "true"})
+    ts = 1_700_000_000_000
+    (answer,) = await node.partitions.append([AppendRequest("d", 0, batch(b"a", b"b", b"c", timestamp=ts))], PRODUCE)
+    assert answer.error == ErrorCode.none
+    (found,) = await node.partitions.list_offsets([("d", 0, ts + 2)])
+    assert (found.error, found.offset, found.timestamp) == (ErrorCode.none, 2, ts + 2)
+    node.storage.set_fault("fetch", Fault(failure_rate=1.0))
+    (failed,) = await node.partitions.list_offsets([("d", 0, ts + 2)])
+    assert failed.error == ErrorCode.kafka_storage_error and failed.offset == -1
+    node.storage.set_fault("fetch", None)
+    (again,) = await node.partitions.list_offsets([("d", 0, ts + 2)])
+    assert (again.error, again.offset) == (ErrorCode.none, 2)

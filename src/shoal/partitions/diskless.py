@@ -127,11 +127,20 @@ class DisklessPartitions:
                 else _none()
                 for request, answer in zip(requests, answers, strict=True)
             ),
-            return_exceptions=True,  # a failed read falls back to the batch-level answer
+            return_exceptions=True,
         )
         outcomes = []
-        for answer, exact in zip(answers, refined, strict=True):
-            if isinstance(exact, BaseException) or exact is None:
+        for (ref, _), answer, exact in zip(lookups, answers, refined, strict=True):
+            if isinstance(exact, BaseException):
+                # The batch could not be read or decoded: a batch-level answer could be an earlier
+                # record than Kafka's, so say what failed instead (KAFKA_STORAGE_ERROR is retriable).
+                code = exact.code if isinstance(exact, KafkaError) else ErrorCode.kafka_storage_error
+                log.warning(
+                    "ListOffsets on %s-%d: reading the batch at offset %d failed, answering %s: %s: %s",
+                    ref.name, ref.partition, answer.offset, code.name, type(exact).__name__, exact,
+                )
+                outcomes.append(OffsetOutcome(code))
+            elif exact is None:  # the batch was deleted meanwhile: the batch-level answer stands
                 outcomes.append(OffsetOutcome(answer.errors, answer.timestamp, answer.offset))
             else:
                 offset, timestamp = exact
