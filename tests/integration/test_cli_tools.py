@@ -130,11 +130,16 @@ def test_topics_create_list_describe_alter_delete(broker: BrokerProcess, topic_n
     run = topics(broker, "alter", "--topic", topic_name, "--config", "diskless.enable=false")
     assert run.rc == 1 and "diskless.enable can only be set when the topic is created" in run.out, run
 
-    # CreatePartitions is not served: said as Kafka's admin client says it, and nothing changes.
+    # --partitions grows the topic (CreatePartitions); shrinking is refused with Kafka's message.
     run = topics(broker, "alter", "--topic", topic_name, "--partitions", "6")
+    assert run.rc == 0 and run.out.splitlines()[-1] == "Adding partitions succeeded!", run
+    assert describe(broker, topic_name)[0]["PartitionCount"] == "6"
+    run = topics(broker, "alter", "--topic", topic_name, "--partitions", "4")
     assert run.rc == 1, run
-    assert run.out.splitlines()[-1] == "Error while executing topic command : The node does not support CREATE_PARTITIONS"
-    assert describe(broker, topic_name)[0]["PartitionCount"] == "3"
+    assert run.out.splitlines()[-1] == (
+        f"Error while executing topic command : The topic {topic_name} currently has 6 partition(s); "
+        "4 would not be an increase."
+    ), run
 
     run = topics(broker, "delete", "--topic", topic_name)
     assert (run.rc, run.out) == (0, ""), run

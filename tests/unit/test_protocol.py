@@ -270,7 +270,7 @@ def test_out_of_range_versions_raise_unsupported_version(api_key: int, version: 
     assert (header.api_key, header.api_version, header.correlation_id) == (api_key, version, 4242)
 
 
-@pytest.mark.parametrize("api_key", [4, 5, 37, 9999, -1])  # LeaderAndIsr, StopReplica, CreatePartitions...
+@pytest.mark.parametrize("api_key", [4, 5, 38, 9999, -1])  # LeaderAndIsr, StopReplica, CreateDelegationToken...
 def test_unknown_api_keys_are_invalid_requests(api_key: int) -> None:
     with pytest.raises(KafkaError) as info:
         decode_request(frame_prefix(api_key, 0) + b"\x00\x00")

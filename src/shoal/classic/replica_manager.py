@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -138,11 +138,14 @@ class ReplicaManager:
 
     # ------------------------------------------------------------------ topics
 
-    async def create_partitions(self, topic: TopicImage | Any, *, is_new: bool) -> None:
-        """Create (or open) the logs of this broker's replicas of a classic topic."""
+    async def create_partitions(
+        self, topic: TopicImage | Any, *, is_new: bool, only: Collection[int] | None = None
+    ) -> None:
+        """Create (or open) the logs of this broker's replicas of a classic topic (of the
+        partitions in ``only``, when given)."""
         configs = {n: v for n, v in topic.configs.items() if n in LOG_CONFIG_NAMES}
         for p in topic.partitions.values():
-            if self._node_id in p.replicas:
+            if self._node_id in p.replicas and (only is None or p.partition in only):
                 await self._run_blocking(
                     functools.partial(self.logs.create_log, is_new=is_new),
                     topic.name, topic.topic_id, p.partition, configs or None,

@@ -11,6 +11,7 @@ import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from shoal.config import Config, ConfigError, validate_topic_configs
 from shoal.metadata.image import MetadataImage
@@ -48,6 +49,31 @@ class CreatedTopic:
     replication_factor: int
     configs: Mapping[str, str]
     is_diskless: bool
+
+
+def _check_manual_assignment(replicas: Sequence[int], replication_factor: int, brokers: Mapping[int, Any]) -> None:
+    """Kafka's validateManualPartitionAssignment, with its messages."""
+    if not replicas:
+        raise KafkaError(ErrorCode.invalid_replica_assignment, "The manual partition assignment includes an empty replica list.")
+    seen: set[int] = set()
+    for broker in replicas:
+        if broker not in brokers:
+            raise KafkaError(
+                ErrorCode.invalid_replica_assignment,
+                f"The manual partition assignment includes broker {broker}, but no such broker is registered.",
+            )
+        if broker in seen:
+            raise KafkaError(
+                ErrorCode.invalid_replica_assignment,
+                f"The manual partition assignment includes the broker {broker} more than once.",
+            )
+        seen.add(broker)
+    if len(replicas) != replication_factor:
+        raise KafkaError(
+            ErrorCode.invalid_replica_assignment,
+            f"The manual partition assignment includes a partition with {len(replicas)} replica(s), but this is "
+            f"not consistent with previous partitions, which have {replication_factor} replica(s).",
+        )
 
 
 def validate_topic_name(name: str) -> None:
@@ -174,6 +200,59 @@ class Controller:
             records.append(PartitionRecord(created.topic_id, p, replicas, replicas, replicas[0]))
         records += [ConfigRecord(ConfigRecord.TOPIC, created.name, k, v) for k, v in created.configs.items()]
         return created, self._append(records)
+
+    def create_partitions(
+        self, name: str, count: int, assignments: Sequence[Sequence[int]] | None, validate_only: bool
+    ) -> tuple[list[int], int | None]:
+        """Grow a topic to ``count`` partitions (CreatePartitions), checked as Kafka's
+        ReplicationControlManager checks it. Returns the new partition indexes and the metadata
+        offset that made them (None with ``validate_only``). New partitions are placed as
+        CreateTopics places them, continuing the rotation; ``assignments`` gives their replicas."""
+        image = self._image()
+        topic = image.topic(name)
+        if topic is None:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
+        current = len(topic.partitions)
+        if count < current:
+            raise KafkaError(
+                ErrorCode.invalid_partitions,
+                f"The topic {name} currently has {current} partition(s); {count} would not be an increase.",
+            )
+        if count == current:
+            raise KafkaError(ErrorCode.invalid_partitions, f"Topic already has {current} partition(s).")
+        added = count - current
+        replication_factor = len(topic.partitions[0].replicas) if 0 in topic.partitions else 1
+        brokers = sorted(image.brokers)
+        if assignments is not None:
+            if len(assignments) != added:
+                raise KafkaError(
+                    ErrorCode.invalid_replica_assignment,
+                    f"Attempted to add {added} additional partition(s), but only {len(assignments)} "
+                    "assignment(s) were specified.",
+                )
+            placements = [tuple(replicas) for replicas in assignments]
+            for replicas in placements:
+                _check_manual_assignment(replicas, replication_factor, image.brokers)
+        else:
+            if replication_factor > len(brokers):
+                raise KafkaError(
+                    ErrorCode.invalid_replication_factor,
+                    f"Unable to replicate the partition {replication_factor} time(s): The target replication "
+                    f"factor of {replication_factor} cannot be reached because only {len(brokers)} broker(s) "
+                    "are registered.",
+                )
+            placements = [
+                tuple(brokers[(p % len(brokers) + i) % len(brokers)] for i in range(replication_factor))
+                for p in range(current, count)
+            ]
+        new = list(range(current, count))
+        if validate_only:
+            return new, None
+        records: list[MetadataRecord] = [
+            PartitionRecord(topic.topic_id, p, replicas, replicas, replicas[0])
+            for p, replicas in zip(new, placements, strict=True)
+        ]
+        return new, self._append(records)
 
     def alter_topic_configs(self, name: str, desired: Mapping[str, str | None], validate_only: bool) -> int | None:
         """Replace a topic's configs with ``desired`` (validated); returns the metadata offset.

@@ -126,6 +126,10 @@ class ClassicPartitions:
     async def create_topic(self, topic: TopicImage, *, is_new: bool) -> None:
         await self.replicas.create_partitions(topic, is_new=is_new)
 
+    async def add_partitions(self, topic: TopicImage, partitions: Sequence[int]) -> None:
+        # Only the new ones are new: an existing replica missing from the log dirs stays offline.
+        await self.replicas.create_partitions(topic, is_new=True, only=partitions)
+
     async def delete_topic(self, topic: TopicImage) -> None:
         await self.replicas.delete_topic(topic)
 

@@ -176,6 +176,11 @@ class DisklessPartitions:
     async def create_topic(self, topic: TopicImage, *, is_new: bool) -> None:
         await self.ensure_topics([topic])
 
+    async def add_partitions(self, topic: TopicImage, partitions: Sequence[int]) -> None:
+        """The coordinator creates the logs it lacks (KIP-1164's createTopicAndPartitions is
+        idempotent: existing partitions keep their offsets)."""
+        await self.ensure_topics([topic])
+
     async def delete_topic(self, topic: TopicImage) -> None:
         await self._run_blocking(self._coordinator.delete_topics, {topic.topic_id})
 

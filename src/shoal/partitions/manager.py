@@ -347,6 +347,10 @@ class Partitions:
         """Create the storage of a topic the metadata log now has (coordinator logs or local replicas)."""
         await self.kind_of(topic).create_topic(topic, is_new=is_new)
 
+    async def add_partitions(self, topic: TopicImage, partitions: Sequence[int]) -> None:
+        """Create the storage of partitions CreatePartitions added (the image already has them)."""
+        await self.kind_of(topic).add_partitions(topic, partitions)
+
     async def delete_topic(self, topic: TopicImage) -> None:
         await self.kind_of(topic).delete_topic(topic)
         self._metrics.forget_topic(topic.name)

@@ -59,6 +59,7 @@ class ApiKey:
     ALTER_REPLICA_LOG_DIRS = 34
     DESCRIBE_LOG_DIRS = 35
     ALTER_CONFIGS = 33
+    CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
@@ -92,6 +93,7 @@ SUPPORTED_APIS: dict[int, ApiSpec] = {
         ApiSpec(ApiKey.ALTER_REPLICA_LOG_DIRS, "AlterReplicaLogDirs", 1, 2),
         ApiSpec(ApiKey.DESCRIBE_LOG_DIRS, "DescribeLogDirs", 1, 4),
         ApiSpec(ApiKey.ALTER_CONFIGS, "AlterConfigs", 0, 2),
+        ApiSpec(ApiKey.CREATE_PARTITIONS, "CreatePartitions", 0, 3),
         ApiSpec(ApiKey.DELETE_GROUPS, "DeleteGroups", 0, 2),
         ApiSpec(ApiKey.INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1),
         ApiSpec(ApiKey.OFFSET_DELETE, "OffsetDelete", 0, 0),

@@ -19,6 +19,7 @@ from shoal.protocol.errors import KafkaError
 from shoal.server.context import ServerContext
 from shoal.server.handlers.admin import (
     handle_alter_configs,
+    handle_create_partitions,
     handle_create_topics,
     handle_delete_topics,
     handle_describe_configs,
@@ -76,6 +77,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.ALTER_REPLICA_LOG_DIRS: handle_alter_replica_log_dirs,
     ApiKey.DESCRIBE_LOG_DIRS: handle_describe_log_dirs,
     ApiKey.ALTER_CONFIGS: handle_alter_configs,
+    ApiKey.CREATE_PARTITIONS: handle_create_partitions,
     ApiKey.DELETE_GROUPS: handle_delete_groups,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
     ApiKey.OFFSET_DELETE: handle_offset_delete,

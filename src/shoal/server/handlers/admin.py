@@ -1,4 +1,5 @@
-"""CreateTopics (19), DeleteTopics (20), DescribeConfigs (32), AlterConfigs (33), IncrementalAlterConfigs (44)."""
+"""CreateTopics (19), DeleteTopics (20), DescribeConfigs (32), AlterConfigs (33), CreatePartitions (37),
+IncrementalAlterConfigs (44)."""
 
 from __future__ import annotations
 
@@ -257,3 +258,39 @@ async def handle_alter_configs(ctx: ServerContext, header: RequestHeader, reques
 
 async def handle_incremental_alter_configs(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     return await _alter_configs(ctx, header, request, incremental=True)
+
+
+async def handle_create_partitions(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    """CreatePartitions (37): grow classic and diskless topics; each topic answered on its own."""
+    cls = response_class(header.api_key, header.api_version)
+    result_cls = nested(cls, "CreatePartitionsTopicResult")
+    names = [topic.name for topic in request.topics]
+    duplicates = {name for name in names if names.count(name) > 1}
+    results = []
+    for topic in request.topics:
+        error, message = ErrorCode.none, None
+        try:
+            if topic.name in duplicates:
+                raise KafkaError(ErrorCode.invalid_request, "Duplicate topic name.")
+            assignments = None if topic.assignments is None else [a.broker_ids for a in topic.assignments]
+            await add_partitions(ctx, topic.name, topic.count, assignments, request.validate_only)
+        except KafkaError as exc:
+            log.info("CreatePartitions %s from %s refused: %s (%s)", topic.name, header.client_id, exc.message,
+                     exc.code.name)
+            error, message = exc.code, exc.message
+        results.append(make(result_cls, name=topic.name, error_code=error, error_message=message))
+    return make(cls, throttle_time=_ZERO, results=tuple(results))
+
+
+async def add_partitions(
+    ctx: ServerContext, name: str, count: int, assignments: list[Any] | None, validate_only: bool
+) -> None:
+    """Record the new partitions in the metadata log, then have ``partitions`` create their storage."""
+    new, offset = await ctx.control(ctx.controller.create_partitions, name, count, assignments, validate_only)
+    if offset is None:
+        return
+    topic = ctx.image.topic(name)
+    assert topic is not None  # the controller's write is in the image (ctx.control caught up)
+    await ctx.partitions.add_partitions(topic, new)
+    log.info("added partitions %s to %s topic %s, which now has %d", new, ctx.partitions.describe_kind(topic),
+             name, len(topic.partitions))
