@@ -27,7 +27,7 @@ from shoal.metadata.image import TopicImage
 from shoal.partitions.api import ValidatedRecords
 from shoal.protocol.errors import ErrorCode, RecordValidationError
 from shoal.records.batch import NO_TIMESTAMP, BatchHeader, set_max_timestamp, validate_records
-from shoal.records.codec import decode_records
+from shoal.records.codec import decode_batch
 from shoal.records.types import TimestampType
 from shoal.records.validate import BatchScan, max_uncompressed_for, scan_batch
 
@@ -152,8 +152,10 @@ def _apply_rules(
 
 
 def _first_out_of_range(batch: memoryview, header: BatchHeader, low: int, high: int) -> tuple[int, int]:
-    """The index and timestamp of the first record outside [low, high] (the error path only)."""
-    for index, record in enumerate(decode_records(header, bytes(batch))):
+    """The index and timestamp of the first record outside [low, high] (the error path only; the
+    scan has already bounded what the batch decompresses to)."""
+    _, records = decode_batch(batch, check_crc=False)
+    for index, record in enumerate(records):
         if record.timestamp != NO_TIMESTAMP and not low <= record.timestamp <= high:
             return index, record.timestamp
     return 0, header.max_timestamp
