@@ -258,8 +258,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             "compression.type",
             ConfigType.STRING,
             "producer",
-            "Default of the topic config `compression.type`.",
-            one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
+            "Default of the topic config `compression.type`. Only `producer` for now: the broker "
+            "does not recompress batches yet.",
+            one_of("producer"),
         ),
         ConfigDef(
             "diskless.system.enable",
@@ -428,7 +429,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             "cleanup.policy",
             ConfigType.LIST,
             ["delete"],
-            "delete (retention) or compact.",
+            "delete (retention). `compact` is refused with INVALID_CONFIG until log compaction is built.",
             one_of("delete", "compact"),
         ),
         ConfigDef(
@@ -467,7 +468,8 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             "compression.type",
             ConfigType.STRING,
             None,
-            "Final compression of the topic's data (`producer` keeps the producer's).",
+            "Final compression of the topic's data. Only `producer` (keep the producer's compression) "
+            "is accepted for now: the broker does not recompress batches yet.",
             one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
             "compression.type",
         ),
@@ -548,8 +550,29 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
         if raw is None:
             raise ConfigError(f"Invalid value null for configuration {name}: value must not be null")
         value = d.parse(raw)
+        problem = _NOT_BUILT_YET.get(name, lambda _: None)(value)
+        if problem:
+            raise ConfigError(f"Invalid value {raw} for configuration {name}: {problem}")
         result[name] = format_value(value)
     return result
+
+
+# Values that ask for behaviour this Shoal version does not have: refused, never accepted and
+# ignored (a Kafka Connect or Streams topic would otherwise grow forever without compaction).
+_NOT_BUILT_YET: dict[str, Callable[[Any], str | None]] = {
+    "cleanup.policy": lambda v: (
+        "compacted topics are not supported by this Shoal version yet (log compaction is not built); "
+        "use cleanup.policy=delete"
+        if "compact" in v
+        else None
+    ),
+    "compression.type": lambda v: (
+        "this Shoal version stores batches as the producer compressed them and does not recompress "
+        "them yet; only compression.type=producer is supported"
+        if v != "producer"
+        else None
+    ),
+}
 
 
 def format_value(value: Any) -> str:
