@@ -7,7 +7,6 @@ from the same table (``python -m shoal.config`` prints the reference).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
@@ -83,22 +82,12 @@ def _convert(d: ConfigDef, raw: Any) -> Any:
     return str(raw)
 
 
-def _override_items(value: str) -> list[str]:
-    return [item.strip() for item in value.split(",") if item.strip()]
-
-
 def _connection_overrides_problem(value: str) -> str | None:
-    for item in _override_items(value):
+    for item in filter(None, (part.strip() for part in value.split(","))):
         address, sep, count = item.rpartition(":")
         if not sep or not address or not count.strip().isdigit():
             return f"{item!r} is not of the form address:count"
     return None
-
-
-def connection_overrides(value: str) -> dict[str, int]:
-    """``max.connections.per.ip.overrides`` as {address: count} (validated when parsed)."""
-    pairs = (item.rpartition(":") for item in _override_items(value))
-    return {address.strip(): int(count) for address, _, count in pairs}
 
 
 def at_least(minimum: int) -> Callable[[Any], str | None]:
@@ -582,39 +571,6 @@ def format_value(value: Any) -> str:
     if isinstance(value, list):
         return ",".join(value)
     return str(value)
-
-
-_PROPERTY_LINE = re.compile(r"^\s*([^=:\s]+)\s*[=:]\s*(.*?)\s*$")
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Parse a Java ``.properties`` file (comments with # or !, key=value or key: value, \\ continuations)."""
-    result: dict[str, str] = {}
-    pending = ""
-    for line in text.splitlines():
-        stripped = line.strip()
-        if not pending and (not stripped or stripped[0] in "#!"):
-            continue
-        if stripped.endswith("\\"):
-            pending += stripped[:-1]
-            continue
-        logical, pending = pending + stripped, ""
-        match = _PROPERTY_LINE.match(logical)
-        if not match:
-            raise ConfigError(f"Cannot parse properties line: {line!r}")
-        result[match.group(1)] = match.group(2)
-    return result
-
-
-def parse_overrides(overrides: Iterable[str]) -> dict[str, str]:
-    """``--override key=value`` arguments, as kafka-server-start.sh takes them."""
-    result: dict[str, str] = {}
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"--override expects key=value, got {item!r}")
-        key, value = item.split("=", 1)
-        result[key.strip()] = value.strip()
-    return result
 
 
 def reference_markdown() -> str:

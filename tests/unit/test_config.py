@@ -7,11 +7,10 @@ import pytest
 from shoal.config import (
     Config,
     ConfigError,
-    parse_overrides,
-    parse_properties,
     reference_markdown,
     validate_topic_configs,
 )
+from shoal.properties import parse_overrides, parse_properties
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 

@@ -12,7 +12,7 @@ import pytest
 
 from shoal.server.connection import PRODUCE_PIPELINE_DEPTH, ConnectionSettings, serve_connection
 from shoal.server.dispatch import CloseConnection
-from shoal.server.limits import ConnectionQuotas, RequestBudget
+from shoal.server.limits import ConnectionQuotas, RequestBudget, connection_overrides
 
 
 def frame(api_key: int, correlation_id: int, padding: int = 0) -> bytes:
@@ -209,3 +209,9 @@ def test_connection_quota_overrides() -> None:
     assert "max.connections.per.ip is 0" in (quotas.admit("10.0.0.9") or "")
     assert quotas.admit("10.0.0.2") is None
     assert quotas.admit("10.0.0.2") is not None
+
+
+def test_connection_overrides_config_value() -> None:
+    assert connection_overrides("127.0.0.1:200, 10.0.0.7:0,") == {"127.0.0.1": 200, "10.0.0.7": 0}
+    assert connection_overrides("") == {}
+    assert connection_overrides("::1:5") == {"::1": 5}  # the count is after the last colon

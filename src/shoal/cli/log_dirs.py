@@ -45,7 +45,8 @@ from shoal.cli.kafka_client import (
     error_name,
     negotiate_version,
 )
-from shoal.config import Config, ConfigError, parse_properties
+from shoal.config import Config, ConfigError
+from shoal.properties import parse_properties
 from shoal.protocol.apis import request_class
 from shoal.protocol.build import make, nested
 from shoal.protocol.errors import ErrorCode

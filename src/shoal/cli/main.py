@@ -18,7 +18,8 @@ from shoal.cli.groups import groups_app
 from shoal.cli.log_dirs import log_dirs_app
 from shoal.cli.pipeline import pipeline_app
 from shoal.cli.topics import topics_app
-from shoal.config import Config, ConfigError, parse_overrides, parse_properties
+from shoal.config import Config, ConfigError
+from shoal.properties import parse_overrides, parse_properties
 from shoal.store.locate import DEFAULT_DATA_DIR, embedded_config
 
 app = typer.Typer(help="Shoal: a Kafka-compatible broker with diskless topics on object storage.", no_args_is_help=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from shoal.config import Config, connection_overrides
+from shoal.config import Config
 from shoal.groups.coordinator import GroupConfig, GroupCoordinator
 from shoal.metadata.cache import MetadataCache
 from shoal.metadata.controller import Controller
@@ -26,7 +26,7 @@ from shoal.partitions.manager import Partitions
 from shoal.server.connection import ConnectionSettings, serve_connection
 from shoal.server.context import ServerContext
 from shoal.server.dispatch import dispatch
-from shoal.server.limits import ConnectionQuotas, RequestBudget
+from shoal.server.limits import ConnectionQuotas, RequestBudget, connection_overrides
 from shoal.server.memory import trim_periodically, tune_allocator
 from shoal.store.factory import Stores, object_storage_url, open_stores
 from shoal.txn.producer_ids import ProducerIdManager

@@ -50,6 +50,13 @@ class RequestBudget:
         self._freed.set()
 
 
+def connection_overrides(value: str) -> dict[str, int]:
+    """``max.connections.per.ip.overrides`` (``address:count,...``, validated by its ConfigDef)
+    as {address: count}."""
+    pairs = (item.rpartition(":") for item in filter(None, (part.strip() for part in value.split(","))))
+    return {address.strip(): int(count) for address, _, count in pairs}
+
+
 class ConnectionQuotas:
     """Open connections, in all and per client address."""
 

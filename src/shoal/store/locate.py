@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from shoal.config import Config, ConfigError, parse_overrides, parse_properties
+from shoal.config import Config, ConfigError
+from shoal.properties import parse_overrides, parse_properties
 
 #: Where ``shoal up`` keeps everything by default, relative to where it runs.
 DEFAULT_DATA_DIR = Path("shoal-data")
