@@ -29,7 +29,7 @@ from kio.serial._introspect import (
     is_optional,
 )
 
-from shoal.protocol import apis, guard
+from shoal.protocol import apis, guard, guard_runtime
 from shoal.protocol.apis import (
     SUPPORTED_APIS,
     ApiKey,
@@ -161,9 +161,9 @@ def test_element_cap(monkeypatch: pytest.MonkeyPatch) -> None:
     topics = tuple(topic_cls(topic_id=None, name=f"t{i}") for i in range(11))
     frame = body(encode_request(1, "c", make(cls, topics=topics, allow_auto_topic_creation=False,
                                              include_topic_authorized_operations=False)))
-    monkeypatch.setattr(guard, "MAX_ARRAY_ELEMENTS", 11)
+    monkeypatch.setattr(guard_runtime, "MAX_ARRAY_ELEMENTS", 11)
     assert decode_request(frame)[1].topics == topics
-    monkeypatch.setattr(guard, "MAX_ARRAY_ELEMENTS", 10)
+    monkeypatch.setattr(guard_runtime, "MAX_ARRAY_ELEMENTS", 10)
     assert "more than 10 array elements" in refused(frame)
 
 
