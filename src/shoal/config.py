@@ -1,108 +1,46 @@
-"""Broker and topic configurations: Kafka's names, types, defaults and validation.
+"""Broker configs: Kafka's names, types, defaults and validation; and the parsed ``Config``.
 
-Every config a user can set is declared here once, with its documentation, so the
-configuration reference in ``docs/configuration.md`` and DescribeConfigs both come
-from the same table (``python -m shoal.config`` prints the reference).
+Every config a user can set is declared once, with its documentation: broker configs here, topic
+configs in ``shoal.topic_configs``, both with ``shoal.config_def``'s ``ConfigDef``. The
+configuration reference in ``docs/configuration.md`` and DescribeConfigs come from the same tables
+(``python -m shoal.config`` prints the reference).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from enum import Enum
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from shoal.config_def import (
+    ConfigDef,
+    ConfigError,
+    ConfigType,
+    at_least,
+    format_value,
+    invalid_value,
+    one_of,
+    valid_list,
+)
+from shoal.topic_configs import TOPIC_CONFIGS
 
-class ConfigType(Enum):
-    BOOLEAN = "BOOLEAN"
-    STRING = "STRING"
-    INT = "INT"
-    SHORT = "SHORT"
-    LONG = "LONG"
-    DOUBLE = "DOUBLE"
-    LIST = "LIST"
-
-
-class ConfigError(ValueError):
-    """An invalid configuration; the message is the one Kafka would print."""
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigDef:
-    name: str
-    type: ConfigType
-    default: Any
-    doc: str
-    validator: Callable[[Any], str | None] | None = None
-    # For topic configs: the broker config that supplies the default (Kafka's "synonym").
-    broker_synonym: str | None = None
-
-    def parse(self, raw: Any) -> Any:
-        """Convert a raw (usually string) value to this config's type, or raise ConfigError."""
-        value = _convert(self, raw)
-        if self.validator is not None and value is not None:
-            problem = self.validator(value)
-            if problem:
-                raise ConfigError(f"Invalid value {raw} for configuration {self.name}: {problem}")
-        return value
+__all__ = [
+    "BROKER_CONFIGS",
+    "TOPIC_CONFIGS",
+    "Config",
+    "ConfigDef",
+    "ConfigError",
+    "ConfigType",
+    "format_value",
+    "reference_markdown",
+]
 
 
-def _convert(d: ConfigDef, raw: Any) -> Any:
-    if raw is None:
-        return None
-    if d.type is ConfigType.BOOLEAN:
-        if isinstance(raw, bool):
-            return raw
-        text = str(raw).strip().lower()
-        if text in ("true", "false"):
-            return text == "true"
-        raise ConfigError(f"Invalid value {raw} for configuration {d.name}: Expected value to be either true or false")
-    if d.type in (ConfigType.INT, ConfigType.SHORT, ConfigType.LONG):
-        bits = {ConfigType.INT: 31, ConfigType.SHORT: 15, ConfigType.LONG: 63}[d.type]
-        try:
-            value = int(str(raw).strip())
-        except ValueError:
-            raise ConfigError(
-                f"Invalid value {raw} for configuration {d.name}: Not a number of type {d.type.value}"
-            ) from None
-        if not -(2**bits) <= value < 2**bits:
-            raise ConfigError(f"Invalid value {raw} for configuration {d.name}: Not a number of type {d.type.value}")
-        return value
-    if d.type is ConfigType.DOUBLE:
-        try:
-            return float(str(raw).strip())
-        except ValueError:
-            raise ConfigError(f"Invalid value {raw} for configuration {d.name}: Not a number of type DOUBLE") from None
-    if d.type is ConfigType.LIST:
-        if isinstance(raw, list | tuple):
-            return [str(x) for x in raw]
-        text = str(raw).strip()
-        return [part.strip() for part in text.split(",") if part.strip()] if text else []
-    return str(raw)
-
-
-def _connection_overrides_problem(value: str) -> str | None:
+def _connection_overrides(name: str, value: str) -> None:
     for item in filter(None, (part.strip() for part in value.split(","))):
         address, sep, count = item.rpartition(":")
         if not sep or not address or not count.strip().isdigit():
-            return f"{item!r} is not of the form address:count"
-    return None
-
-
-def at_least(minimum: int) -> Callable[[Any], str | None]:
-    return lambda v: None if v >= minimum else f"Value must be at least {minimum}"
-
-
-def one_of(*choices: str) -> Callable[[Any], str | None]:
-    def check(v: Any) -> str | None:
-        values = v if isinstance(v, list) else [v]
-        for item in values:
-            if item not in choices:
-                return f"String must be one of: {', '.join(choices)}"
-        return None
-
-    return check
+            raise invalid_value(name, value, f"{item!r} is not of the form address:count")
 
 
 MiB = 1024 * 1024
@@ -117,7 +55,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             ["broker", "controller"],
             "The roles this process plays. The controller role is held by one broker at a time "
             "through a lease in the metadata store.",
-            one_of("broker", "controller"),
+            valid_list("broker", "controller", empty_ok=False),
         ),
         ConfigDef(
             "listeners",
@@ -132,8 +70,18 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             "Listeners published to clients in Metadata; defaults to `listeners` (an empty host "
             "is advertised as the machine's host name).",
         ),
-        ConfigDef("log.dirs", ConfigType.LIST, None, "The directories where log data is kept; defaults to `log.dir`."),
-        ConfigDef("log.dir", ConfigType.STRING, "/tmp/kafka-logs", "The log directory used when `log.dirs` is unset."),
+        ConfigDef(
+            "log.dirs",
+            ConfigType.LIST,
+            None,
+            "The directories where log data is kept; defaults to `log.dir`.",
+        ),
+        ConfigDef(
+            "log.dir",
+            ConfigType.STRING,
+            "/tmp/kafka-logs",
+            "The log directory used when `log.dirs` is unset.",
+        ),
         ConfigDef(
             "metadata.log.dir",
             ConfigType.STRING,
@@ -142,7 +90,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             "and Batch Coordinator tables). Defaults to the first of `log.dirs`.",
         ),
         ConfigDef("broker.rack", ConfigType.STRING, None, "The rack (availability zone) of this broker."),
-        ConfigDef("num.partitions", ConfigType.INT, 1, "Default number of partitions of a new topic.", at_least(1)),
+        ConfigDef(
+            "num.partitions", ConfigType.INT, 1, "Default number of partitions of a new topic.", at_least(1)
+        ),
         ConfigDef(
             "default.replication.factor",
             ConfigType.SHORT,
@@ -156,9 +106,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             True,
             "Create a topic (of the default, classic kind) when a client asks for metadata of an unknown topic.",
         ),
-        ConfigDef(
-            "delete.topic.enable", ConfigType.BOOLEAN, True, "Whether DeleteTopics may delete topics."
-        ),
+        ConfigDef("delete.topic.enable", ConfigType.BOOLEAN, True, "Whether DeleteTopics may delete topics."),
         ConfigDef(
             "message.max.bytes",
             ConfigType.INT,
@@ -207,7 +155,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             "",
             "Per-address exceptions to `max.connections.per.ip`, as `address:count` pairs "
             "separated by commas (e.g. `127.0.0.1:200,10.0.0.7:0`).",
-            _connection_overrides_problem,
+            _connection_overrides,
         ),
         ConfigDef(
             "connections.max.idle.ms",
@@ -221,7 +169,44 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             604800000,
             "Default of the topic config `retention.ms`.",
         ),
-        ConfigDef("log.retention.bytes", ConfigType.LONG, -1, "Default of the topic config `retention.bytes`."),
+        ConfigDef(
+            "log.retention.bytes", ConfigType.LONG, -1, "Default of the topic config `retention.bytes`."
+        ),
+        ConfigDef(
+            "log.segment.bytes",
+            ConfigType.INT,
+            1073741824,
+            "Default of the topic config `segment.bytes`.",
+            at_least(1024 * 1024),
+        ),
+        ConfigDef(
+            "log.index.size.max.bytes",
+            ConfigType.INT,
+            10485760,
+            "Default of the topic config `segment.index.bytes`.",
+            at_least(4),
+        ),
+        ConfigDef(
+            "log.index.interval.bytes",
+            ConfigType.INT,
+            4096,
+            "Default of the topic config `index.interval.bytes`.",
+            at_least(0),
+        ),
+        ConfigDef(
+            "log.flush.interval.messages",
+            ConfigType.LONG,
+            9223372036854775807,
+            "Default of the topic config `flush.messages`.",
+            at_least(1),
+        ),
+        ConfigDef(
+            "log.segment.delete.delay.ms",
+            ConfigType.LONG,
+            60000,
+            "Default of the topic config `file.delete.delay.ms`.",
+            at_least(0),
+        ),
         ConfigDef(
             "log.message.timestamp.type",
             ConfigType.STRING,
@@ -401,89 +386,6 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
 }
 
 
-TOPIC_CONFIGS: dict[str, ConfigDef] = {
-    d.name: d
-    for d in [
-        ConfigDef(
-            "diskless.enable",
-            ConfigType.BOOLEAN,
-            False,
-            "Makes the topic diskless (KIP-1163). Settable only when the topic is created.",
-        ),
-        ConfigDef("retention.ms", ConfigType.LONG, None, "How long data is kept.", at_least(-1), "log.retention.ms"),
-        ConfigDef(
-            "retention.bytes", ConfigType.LONG, None, "How much data a partition keeps.", None, "log.retention.bytes"
-        ),
-        ConfigDef(
-            "cleanup.policy",
-            ConfigType.LIST,
-            ["delete"],
-            "delete (retention). `compact` is refused with INVALID_CONFIG until log compaction is built.",
-            one_of("delete", "compact"),
-        ),
-        ConfigDef(
-            "max.message.bytes",
-            ConfigType.INT,
-            None,
-            "The largest record batch size allowed in this topic.",
-            at_least(0),
-            "message.max.bytes",
-        ),
-        ConfigDef(
-            "message.timestamp.type",
-            ConfigType.STRING,
-            None,
-            "CreateTime or LogAppendTime.",
-            one_of("CreateTime", "LogAppendTime"),
-            "log.message.timestamp.type",
-        ),
-        ConfigDef(
-            "message.timestamp.before.max.ms",
-            ConfigType.LONG,
-            None,
-            "CreateTime topics: refuse records whose timestamp is more than this before the broker's clock.",
-            at_least(0),
-            "log.message.timestamp.before.max.ms",
-        ),
-        ConfigDef(
-            "message.timestamp.after.max.ms",
-            ConfigType.LONG,
-            None,
-            "CreateTime topics: refuse records whose timestamp is more than this after the broker's clock.",
-            at_least(0),
-            "log.message.timestamp.after.max.ms",
-        ),
-        ConfigDef(
-            "compression.type",
-            ConfigType.STRING,
-            None,
-            "Final compression of the topic's data. Only `producer` (keep the producer's compression) "
-            "is accepted for now: the broker does not recompress batches yet.",
-            one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
-            "compression.type",
-        ),
-        ConfigDef("min.insync.replicas", ConfigType.INT, 1, "Minimum ISR size for acks=all.", at_least(1)),
-        ConfigDef(
-            "flush.messages",
-            ConfigType.LONG,
-            9223372036854775807,
-            "Classic topics: fsync the log after this many records (acks wait for it); Kafka's default "
-            "leaves flushing to the OS and relies on replication.",
-            at_least(1),
-        ),
-        ConfigDef(
-            "flush.ms",
-            ConfigType.LONG,
-            9223372036854775807,
-            "Classic topics: fsync the log when its oldest unflushed record is this old.",
-            at_least(0),
-        ),
-        ConfigDef("segment.bytes", ConfigType.INT, 1073741824, "Classic log segment size.", at_least(14)),
-        ConfigDef("segment.ms", ConfigType.LONG, 604800000, "Classic log segment roll time.", at_least(1)),
-    ]
-}
-
-
 class Config:
     """Parsed broker configuration: Kafka names to typed values, defaults filled in."""
 
@@ -529,50 +431,6 @@ class Config:
         return self[d.broker_synonym] if d.broker_synonym else d.default
 
 
-def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
-    """Check topic configs as kafka-topics/CreateTopics does; returns them normalised as strings."""
-    result: dict[str, str] = {}
-    for name, raw in configs.items():
-        d = TOPIC_CONFIGS.get(name)
-        if d is None:
-            raise ConfigError(f"Unknown topic config name: {name}")
-        if raw is None:
-            raise ConfigError(f"Invalid value null for configuration {name}: value must not be null")
-        value = d.parse(raw)
-        problem = _NOT_BUILT_YET.get(name, lambda _: None)(value)
-        if problem:
-            raise ConfigError(f"Invalid value {raw} for configuration {name}: {problem}")
-        result[name] = format_value(value)
-    return result
-
-
-# Values that ask for behaviour this Shoal version does not have: refused, never accepted and
-# ignored (a Kafka Connect or Streams topic would otherwise grow forever without compaction).
-_NOT_BUILT_YET: dict[str, Callable[[Any], str | None]] = {
-    "cleanup.policy": lambda v: (
-        "compacted topics are not supported by this Shoal version yet (log compaction is not built); "
-        "use cleanup.policy=delete"
-        if "compact" in v
-        else None
-    ),
-    "compression.type": lambda v: (
-        "this Shoal version stores batches as the producer compressed them and does not recompress "
-        "them yet; only compression.type=producer is supported"
-        if v != "producer"
-        else None
-    ),
-}
-
-
-def format_value(value: Any) -> str:
-    """A typed value as Kafka prints it in DescribeConfigs."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list):
-        return ",".join(value)
-    return str(value)
-
-
 def reference_markdown() -> str:
     """The configuration reference as Markdown tables (kept in docs/configuration.md)."""
     lines = ["## Broker configs", "", "| name | type | default | meaning |", "|---|---|---|---|"]
@@ -586,7 +444,10 @@ def reference_markdown() -> str:
 
 
 def _fmt_default(value: Any) -> str:
-    return "(none)" if value is None else f"`{format_value(value)}`"
+    if value is None:
+        return "(none)"
+    text = format_value(value)
+    return f"`{text}`" if text else '`""`'
 
 
 if __name__ == "__main__":

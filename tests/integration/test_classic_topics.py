@@ -122,7 +122,9 @@ def read_segment(path: Path) -> list[DiskBatch]:
         base_offset, batch_length = struct.unpack_from(">qi", data, pos)
         magic = data[pos + 16]
         size = 12 + batch_length
-        assert magic == 2 and pos + size <= len(data), f"{path}: not a RecordBatch v2 at {pos} (magic {magic})"
+        assert magic == 2 and pos + size <= len(data), (
+            f"{path}: not a RecordBatch v2 at {pos} (magic {magic})"
+        )
         (attributes,) = struct.unpack_from(">h", data, pos + 21)
         (count,) = struct.unpack_from(">i", data, pos + 57)
         batches.append(DiskBatch(pos, base_offset, size, attributes & 0x7, count))
@@ -151,7 +153,9 @@ def read_offset_checkpoint(path: Path) -> dict[tuple[str, int], int]:
 # ---------------------------------------------------------------------------------- raw wire
 
 
-def wire_produce(port: int, topic: str, partition: int, records: Sequence[tuple[bytes | None, bytes | None]]) -> tuple[int, int]:
+def wire_produce(
+    port: int, topic: str, partition: int, records: Sequence[tuple[bytes | None, bytes | None]]
+) -> tuple[int, int]:
     """One uncompressed batch in one Produce v9 (acks=all); returns (error code, base offset)."""
     from kio.schema.produce.v9 import request as req
     from kio.schema.produce.v9 import response as resp
@@ -166,7 +170,9 @@ def wire_produce(port: int, topic: str, partition: int, records: Sequence[tuple[
                     req.TopicProduceData(
                         name=topic,
                         partition_data=(
-                            req.PartitionProduceData(index=i32(partition), records=build_record_batch(records)),
+                            req.PartitionProduceData(
+                                index=i32(partition), records=build_record_batch(records)
+                            ),
                         ),
                     ),
                 ),
@@ -192,8 +198,11 @@ def wire_fetch(port: int, topic: str, partition: int, offset: int) -> tuple[int,
                     req.FetchTopic(
                         topic=topic,
                         partitions=(
-                            req.FetchPartition(partition=i32(partition), fetch_offset=i64(offset),
-                                               partition_max_bytes=i32(1 << 20)),
+                            req.FetchPartition(
+                                partition=i32(partition),
+                                fetch_offset=i64(offset),
+                                partition_max_bytes=i32(1 << 20),
+                            ),
                         ),
                     ),
                 ),
@@ -219,7 +228,11 @@ def wire_list_offset(port: int, topic: str, partition: int, timestamp: int) -> t
                 topics=(
                     req.ListOffsetsTopic(
                         name=topic,
-                        partitions=(req.ListOffsetsPartition(partition_index=i32(partition), timestamp=i64(timestamp)),),
+                        partitions=(
+                            req.ListOffsetsPartition(
+                                partition_index=i32(partition), timestamp=i64(timestamp)
+                            ),
+                        ),
                     ),
                 ),
             ),
@@ -246,7 +259,9 @@ def wire_offline_replicas(port: int, topic: str) -> dict[int, tuple[int, ...]]:
     (found,) = answer.topics
     assert int(found.error_code) == 0, found
     return {
-        int(p.partition_index): tuple(int(b) for b in p.offline_replicas) for p in found.partitions if p.offline_replicas
+        int(p.partition_index): tuple(int(b) for b in p.offline_replicas)
+        for p in found.partitions
+        if p.offline_replicas
     }
 
 
@@ -317,7 +332,9 @@ def assert_on_disk(broker: BrokerProcess, topic: str, sent_count: int, codec: st
     assert sum(b.records for b in batches) == sent_count, "records on disk differ from what was acknowledged"
     codecs = {b.codec for b in batches}
     assert codecs == {CODEC_IDS[codec]}, f"batches on disk have codecs {codecs}, the client used {codec}"
-    assert not (broker.objects_dir and any(broker.objects_dir.rglob("wal/*"))), "a classic topic wrote WAL objects"
+    assert not (broker.objects_dir and any(broker.objects_dir.rglob("wal/*"))), (
+        "a classic topic wrote WAL objects"
+    )
 
 
 # ============================================================================ round trips
@@ -331,7 +348,9 @@ PARTS = 3
 def test_confluent_round_trip(shared: BrokerProcess, topic: str, codec: str) -> None:
     """confluent-kafka (librdkafka 2.16): idempotent producer, then a consumer from the beginning."""
     create_classic_topic(shared.bootstrap, topic, PARTS)
-    sent = make_workload(RECORDS, PARTS, f"confluent-{codec}", seed=11, base_timestamp=int(time.time() * 1000) - 60_000)
+    sent = make_workload(
+        RECORDS, PARTS, f"confluent-{codec}", seed=11, base_timestamp=int(time.time() * 1000) - 60_000
+    )
     confluent_produce(shared.bootstrap, topic, sent, config={"compression.type": codec})
     check_records(confluent_consume(shared.bootstrap, topic, range(PARTS), len(sent)), sent)
     assert_on_disk(shared, topic, len(sent), codec, PARTS)
@@ -344,14 +363,31 @@ def test_kafka_python_round_trip(shared: BrokerProcess, topic: str) -> None:
     from kafka import TopicPartition as KTopicPartition
 
     create_classic_topic(shared.bootstrap, topic, PARTS)
-    sent = make_workload(RECORDS, PARTS, "kafka-python", seed=22, base_timestamp=int(time.time() * 1000) - 60_000,
-                         null_headers=False)
-    producer = KafkaProducer(bootstrap_servers=shared.bootstrap, compression_type="gzip", linger_ms=20,
-                             batch_size=128 * 1024, request_timeout_ms=60_000)
+    sent = make_workload(
+        RECORDS,
+        PARTS,
+        "kafka-python",
+        seed=22,
+        base_timestamp=int(time.time() * 1000) - 60_000,
+        null_headers=False,
+    )
+    producer = KafkaProducer(
+        bootstrap_servers=shared.bootstrap,
+        compression_type="gzip",
+        linger_ms=20,
+        batch_size=128 * 1024,
+        request_timeout_ms=60_000,
+    )
     try:
         futures = [
-            producer.send(topic, value=s.value, key=s.key, headers=list(s.headers),  # type: ignore[arg-type]
-                          partition=s.partition, timestamp_ms=s.timestamp)
+            producer.send(
+                topic,
+                value=s.value,
+                key=s.key,
+                headers=list(s.headers),  # type: ignore[arg-type]
+                partition=s.partition,
+                timestamp_ms=s.timestamp,
+            )
             for s in sent
         ]
         producer.flush(timeout=120)
@@ -361,8 +397,12 @@ def test_kafka_python_round_trip(shared: BrokerProcess, topic: str) -> None:
     assert not failed and all(f.is_done for f in futures), f"sends failed: {failed[:3]}"
 
     tps = [KTopicPartition(topic, p) for p in range(PARTS)]
-    consumer = KafkaConsumer(bootstrap_servers=shared.bootstrap, group_id=None, enable_auto_commit=False,
-                             auto_offset_reset="earliest")
+    consumer = KafkaConsumer(
+        bootstrap_servers=shared.bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
     received: list[Rec] = []
     try:
         consumer.assign(tps)
@@ -370,8 +410,12 @@ def test_kafka_python_round_trip(shared: BrokerProcess, topic: str) -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and len(received) < len(sent):
             for records in consumer.poll(timeout_ms=500, max_records=5000).values():
-                received += [Rec(r.partition, r.offset, r.key, r.value, tuple(r.headers), r.timestamp_type,
-                                 r.timestamp) for r in records]
+                received += [
+                    Rec(
+                        r.partition, r.offset, r.key, r.value, tuple(r.headers), r.timestamp_type, r.timestamp
+                    )
+                    for r in records
+                ]
     finally:
         consumer.close()
     check_records(received, sent)
@@ -388,13 +432,25 @@ async def test_aiokafka_round_trip(shared: BrokerProcess, topic: str) -> None:
 
     create_classic_topic(shared.bootstrap, topic, PARTS)
     sent = make_workload(RECORDS, PARTS, "aiokafka", seed=33, base_timestamp=int(time.time() * 1000) - 60_000)
-    producer = AIOKafkaProducer(bootstrap_servers=shared.bootstrap, compression_type="lz4", acks="all",
-                                enable_idempotence=True, linger_ms=20, max_batch_size=128 * 1024)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=shared.bootstrap,
+        compression_type="lz4",
+        acks="all",
+        enable_idempotence=True,
+        linger_ms=20,
+        max_batch_size=128 * 1024,
+    )
     await producer.start()
     try:
         futures = [
-            await producer.send(topic, value=s.value, key=s.key, partition=s.partition, timestamp_ms=s.timestamp,
-                                headers=list(s.headers))
+            await producer.send(
+                topic,
+                value=s.value,
+                key=s.key,
+                partition=s.partition,
+                timestamp_ms=s.timestamp,
+                headers=list(s.headers),
+            )
             for s in sent
         ]
         results = await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), timeout=120)
@@ -404,8 +460,12 @@ async def test_aiokafka_round_trip(shared: BrokerProcess, topic: str) -> None:
     assert not failed, f"{len(failed)} sends failed, e.g. {failed[:3]}"
 
     tps = [ATopicPartition(topic, p) for p in range(PARTS)]
-    consumer = AIOKafkaConsumer(bootstrap_servers=shared.bootstrap, group_id=None, enable_auto_commit=False,
-                                auto_offset_reset="earliest")
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=shared.bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+    )
     await consumer.start()
     received: list[Rec] = []
     try:
@@ -414,8 +474,12 @@ async def test_aiokafka_round_trip(shared: BrokerProcess, topic: str) -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and len(received) < len(sent):
             for records in (await consumer.getmany(timeout_ms=500, max_records=5000)).values():
-                received += [Rec(r.partition, r.offset, r.key, r.value, tuple(r.headers), r.timestamp_type,
-                                 r.timestamp) for r in records]
+                received += [
+                    Rec(
+                        r.partition, r.offset, r.key, r.value, tuple(r.headers), r.timestamp_type, r.timestamp
+                    )
+                    for r in records
+                ]
     finally:
         await consumer.stop()
     check_records(received, sent)
@@ -435,17 +499,51 @@ def test_kcat_round_trip(shared: BrokerProcess, topic: str) -> None:
         sent.append(Sent(i, -1, key, value, headers, None))
     t0 = int(time.time() * 1000)
     produce = subprocess.run(
-        [KCAT, "-P", "-b", shared.bootstrap, "-t", topic, "-K:", "-H", "tag=kcat", "-z", "snappy",
-         "-X", "enable.idempotence=true", "-X", "acks=all", "-X", "linger.ms=20"],
-        input=b"\n".join(lines) + b"\n", capture_output=True, timeout=120,
+        [
+            KCAT,
+            "-P",
+            "-b",
+            shared.bootstrap,
+            "-t",
+            topic,
+            "-K:",
+            "-H",
+            "tag=kcat",
+            "-z",
+            "snappy",
+            "-X",
+            "enable.idempotence=true",
+            "-X",
+            "acks=all",
+            "-X",
+            "linger.ms=20",
+        ],
+        input=b"\n".join(lines) + b"\n",
+        capture_output=True,
+        timeout=120,
     )
     assert produce.returncode == 0, f"kcat -P exited {produce.returncode}: {produce.stderr[-2000:]!r}"
     t1 = int(time.time() * 1000)
     received: list[Rec] = []
     for p in range(PARTS):
         out = subprocess.run(
-            [KCAT, "-C", "-b", shared.bootstrap, "-t", topic, "-p", str(p), "-o", "beginning", "-e", "-J", "-q"],
-            capture_output=True, timeout=120,
+            [
+                KCAT,
+                "-C",
+                "-b",
+                shared.bootstrap,
+                "-t",
+                topic,
+                "-p",
+                str(p),
+                "-o",
+                "beginning",
+                "-e",
+                "-J",
+                "-q",
+            ],
+            capture_output=True,
+            timeout=120,
         )
         assert out.returncode == 0, f"kcat -C p{p} exited {out.returncode}: {out.stderr[-2000:]!r}"
         for line in out.stdout.splitlines():
@@ -453,16 +551,39 @@ def test_kcat_round_trip(shared: BrokerProcess, topic: str) -> None:
                 continue
             m = json.loads(line)
             raw = m.get("headers") or []
-            pairs = list(raw.items()) if isinstance(raw, dict) else list(zip(raw[::2], raw[1::2], strict=True))
+            pairs = (
+                list(raw.items()) if isinstance(raw, dict) else list(zip(raw[::2], raw[1::2], strict=True))
+            )
             hdrs = tuple((k, None if v is None else str(v).encode()) for k, v in pairs)
-            received.append(Rec(m["partition"], m["offset"], str(m["key"]).encode(), str(m["payload"]).encode(),
-                                hdrs, {"create": 0, "logappend": 1}.get(m.get("tstype"), -1), m["ts"]))
+            received.append(
+                Rec(
+                    m["partition"],
+                    m["offset"],
+                    str(m["key"]).encode(),
+                    str(m["payload"]).encode(),
+                    hdrs,
+                    {"create": 0, "logappend": 1}.get(m.get("tstype"), -1),
+                    m["ts"],
+                )
+            )
     # kcat's records carry no seq header: number them by value.
     by_value = {s.value: s.seq for s in sent}
-    renumbered = [Rec(r.partition, r.offset, r.key, r.value, (("seq", str(by_value.get(r.value, -1)).encode()),
-                      *r.headers), r.timestamp_type, r.timestamp) for r in received]
-    expected = [Sent(s.seq, s.partition, s.key, s.value, (("seq", str(s.seq).encode()), *s.headers), None)
-                for s in sent]
+    renumbered = [
+        Rec(
+            r.partition,
+            r.offset,
+            r.key,
+            r.value,
+            (("seq", str(by_value.get(r.value, -1)).encode()), *r.headers),
+            r.timestamp_type,
+            r.timestamp,
+        )
+        for r in received
+    ]
+    expected = [
+        Sent(s.seq, s.partition, s.key, s.value, (("seq", str(s.seq).encode()), *s.headers), None)
+        for s in sent
+    ]
     check_records(renumbered, expected, timestamp_range=(t0 - 1000, t1 + 1000))
     assert_on_disk(shared, topic, len(sent), "snappy", PARTS)
 
@@ -472,16 +593,20 @@ def test_kcat_round_trip(shared: BrokerProcess, topic: str) -> None:
 
 @pytest.mark.timeout(180)
 def test_consumer_reads_across_many_segment_rolls(shared: BrokerProcess, topic: str) -> None:
-    """segment.bytes=64 KiB: the log rolls dozens of times; a consumer reads every record across the
-    boundaries, and each segment file starts at its base offset with the batches that follow."""
-    create_classic_topic(shared.bootstrap, topic, 2, {"segment.bytes": str(SEGMENT_BYTES)})
+    """64 KiB segments (``internal.segment.bytes``: Kafka 4.x keeps ``segment.bytes`` at 1 MiB or
+    more): the log rolls dozens of times; a consumer reads every record across the boundaries, and
+    each segment file starts at its base offset with the batches that follow."""
+    create_classic_topic(shared.bootstrap, topic, 2, {"internal.segment.bytes": str(SEGMENT_BYTES)})
     sent = make_workload(8_000, 2, "rolls", seed=5, base_timestamp=int(time.time() * 1000) - 60_000)
-    sent = [Sent(s.seq, s.partition, s.key, (s.value or b"") + b"x" * 300, s.headers, s.timestamp) for s in sent]
+    sent = [
+        Sent(s.seq, s.partition, s.key, (s.value or b"") + b"x" * 300, s.headers, s.timestamp) for s in sent
+    ]
     # Batches above segment.bytes are refused (RECORD_LIST_TOO_LARGE), as Kafka does: keep them small.
     confluent_produce(shared.bootstrap, topic, sent, config={"batch.size": 16384, "compression.type": "none"})
     # A small fetch size too, so reads stop at and resume from segment ends.
-    received = confluent_consume(shared.bootstrap, topic, range(2), len(sent),
-                                 config={"max.partition.fetch.bytes": 20_000})
+    received = confluent_consume(
+        shared.bootstrap, topic, range(2), len(sent), config={"max.partition.fetch.bytes": 20_000}
+    )
     check_records(received, sent)
     for p, d in partition_dirs([shared.log_dir], topic).items():
         segments = segment_files(d)
@@ -490,7 +615,9 @@ def test_consumer_reads_across_many_segment_rolls(shared: BrokerProcess, topic: 
         for seg in segments:
             batches = read_segment(seg)
             assert batches, f"{seg} is empty"
-            assert int(seg.stem) == batches[0].base_offset == expected_next, f"{seg}: does not continue the log"
+            assert int(seg.stem) == batches[0].base_offset == expected_next, (
+                f"{seg}: does not continue the log"
+            )
             assert seg.stat().st_size <= SEGMENT_BYTES, f"{seg}: {seg.stat().st_size} bytes > segment.bytes"
             expected_next = batches[-1].next_offset
             assert (d / f"{seg.stem}.index").exists() and (d / f"{seg.stem}.timeindex").exists()
@@ -501,8 +628,15 @@ def test_retention_deletes_old_segments(shared: BrokerProcess, topic: str) -> No
     """retention.bytes and retention.ms (checked every 500 ms): old segment files go, the log start
     offset moves up, and what is left is read from the new log start to the end."""
     by_bytes, by_time = f"{topic}-bytes", f"{topic}-ms"
-    create_classic_topic(shared.bootstrap, by_bytes, 1, {"segment.bytes": str(SEGMENT_BYTES), "retention.bytes": "200000"})
-    create_classic_topic(shared.bootstrap, by_time, 1, {"segment.bytes": str(SEGMENT_BYTES), "retention.ms": "60000"})
+    create_classic_topic(
+        shared.bootstrap,
+        by_bytes,
+        1,
+        {"internal.segment.bytes": str(SEGMENT_BYTES), "retention.bytes": "200000"},
+    )
+    create_classic_topic(
+        shared.bootstrap, by_time, 1, {"internal.segment.bytes": str(SEGMENT_BYTES), "retention.ms": "60000"}
+    )
     now = int(time.time() * 1000)
     recent = make_workload(4_000, 1, "ret-bytes", seed=7, base_timestamp=now - 10_000)
     recent = [Sent(s.seq, 0, s.key, (s.value or b"") + b"r" * 200, s.headers, s.timestamp) for s in recent]
@@ -516,13 +650,18 @@ def test_retention_deletes_old_segments(shared: BrokerProcess, topic: str) -> No
         (d,) = partition_dirs([shared.log_dir], name).values()
         first_segment = d / f"{0:020d}.log"
 
-        def moved(name: str = name, first_segment: Path = first_segment, d: Path = d) -> tuple[int, int] | None:
+        def moved(
+            name: str = name, first_segment: Path = first_segment, d: Path = d
+        ) -> tuple[int, int] | None:
             low, high = watermarks(shared.bootstrap, name, [0])[0]
             if low == 0 or first_segment.exists():
                 return None
             # Retention may have run while the produce was still rolling segments: wait for the
             # check that follows it (every 500 ms) to bring the rolled size under the limit.
-            if name == by_bytes and sum(f.stat().st_size for f in segment_files(d)[:-1] if f.exists()) > 200_000:
+            if (
+                name == by_bytes
+                and sum(f.stat().st_size for f in segment_files(d)[:-1] if f.exists()) > 200_000
+            ):
                 return None
             return low, high
 
@@ -541,8 +680,10 @@ def test_retention_deletes_old_segments(shared: BrokerProcess, topic: str) -> No
 
 def check_records_from(received: Sequence[Rec], sent: Sequence[Sent], start: int) -> None:
     """``check_records`` for a partition whose log starts at ``start``: the tail of ``sent``."""
-    shifted = [Rec(r.partition, r.offset - start, r.key, r.value, r.headers, r.timestamp_type, r.timestamp)
-               for r in received]
+    shifted = [
+        Rec(r.partition, r.offset - start, r.key, r.value, r.headers, r.timestamp_type, r.timestamp)
+        for r in received
+    ]
     check_records(shifted, sent[start:])
 
 
@@ -552,9 +693,11 @@ def test_delete_records_moves_log_start(shared: BrokerProcess, topic: str) -> No
     new start are out of range, and a consumer from the beginning starts there."""
     from confluent_kafka.admin import AdminClient
 
-    create_classic_topic(shared.bootstrap, topic, 2, {"segment.bytes": str(SEGMENT_BYTES)})
+    create_classic_topic(shared.bootstrap, topic, 2, {"internal.segment.bytes": str(SEGMENT_BYTES)})
     sent = make_workload(3_000, 2, "delrec", seed=9, base_timestamp=int(time.time() * 1000) - 60_000)
-    sent = [Sent(s.seq, s.partition, s.key, (s.value or b"") + b"d" * 200, s.headers, s.timestamp) for s in sent]
+    sent = [
+        Sent(s.seq, s.partition, s.key, (s.value or b"") + b"d" * 200, s.headers, s.timestamp) for s in sent
+    ]
     confluent_produce(shared.bootstrap, topic, sent, config={"batch.size": 16384})
     admin: AdminClient = admin_client(shared.bootstrap)
     futures = admin.delete_records([TopicPartition(topic, 0, 1000)], request_timeout=30, operation_timeout=30)
@@ -600,14 +743,27 @@ def test_one_producer_mixes_classic_and_diskless(shared: BrokerProcess, topic: s
     sent_d = make_workload(2_000, 2, "mix-d", seed=13, base_timestamp=now, first_seq=10_000)
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": shared.bootstrap, "enable.idempotence": True, "acks": "all",
-                         "linger.ms": 50, "compression.type": "lz4"})
+    producer = Producer(
+        {
+            "bootstrap.servers": shared.bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 50,
+            "compression.type": "lz4",
+        }
+    )
     errors: list[str] = []
     for c, d in zip(sent_c, sent_d, strict=True):
         for name, s in ((classic, c), (diskless, d)):
-            producer.produce(name, key=s.key, value=s.value, headers=list(s.headers), partition=s.partition,
-                             timestamp=s.timestamp or 0,
-                             on_delivery=lambda err, msg: errors.append(str(err)) if err else None)
+            producer.produce(
+                name,
+                key=s.key,
+                value=s.value,
+                headers=list(s.headers),
+                partition=s.partition,
+                timestamp=s.timestamp or 0,
+                on_delivery=lambda err, msg: errors.append(str(err)) if err else None,
+            )
         producer.poll(0)
     assert producer.flush(60) == 0 and not errors, errors[:5]
     check_records(confluent_consume(shared.bootstrap, classic, range(2), len(sent_c)), sent_c)
@@ -617,15 +773,23 @@ def test_one_producer_mixes_classic_and_diskless(shared: BrokerProcess, topic: s
     with WireClient(shared.port) as client:
         answer = client.request(
             req.ProduceRequest(
-                transactional_id=None, acks=i16(-1), timeout=datetime.timedelta(seconds=30),
+                transactional_id=None,
+                acks=i16(-1),
+                timeout=datetime.timedelta(seconds=30),
                 topic_data=tuple(
-                    req.TopicProduceData(name=name, partition_data=(req.PartitionProduceData(index=i32(1), records=batch),))
+                    req.TopicProduceData(
+                        name=name, partition_data=(req.PartitionProduceData(index=i32(1), records=batch),)
+                    )
                     for name in (classic, diskless)
                 ),
             ),
             resp.ProduceResponse,
         )
-    answered = {t.name: (int(p.error_code), int(p.base_offset)) for t in answer.responses for p in t.partition_responses}
+    answered = {
+        t.name: (int(p.error_code), int(p.base_offset))
+        for t in answer.responses
+        for p in t.partition_responses
+    }
     assert answered == {classic: (0, 1000), diskless: (0, 1000)}, answered
     assert partition_dirs([shared.log_dir], classic).keys() == {0, 1}
     assert not partition_dirs([shared.log_dir], diskless), "a diskless topic got a classic log"
@@ -651,15 +815,24 @@ def test_sigkill_during_heavy_produce_keeps_every_acked_record_once(
         for _ in range(2):
             broker.kill()
             acked_at_kills.append(len(producer.acked()))
-            assert not (broker.log_dir / ".kafka_cleanshutdown").exists(), "a SIGKILLed broker left the clean marker"
+            assert not (broker.log_dir / ".kafka_cleanshutdown").exists(), (
+                "a SIGKILLed broker left the clean marker"
+            )
             time.sleep(0.3)
             broker.start()
-            producer.expect_acks(acked_at_kills[-1] + 5_000, 90, f"no progress after restart ({acked_at_kills[-1]} at the kill)")
+            producer.expect_acks(
+                acked_at_kills[-1] + 5_000,
+                90,
+                f"no progress after restart ({acked_at_kills[-1]} at the kill)",
+            )
         summary = producer.stop()
     finally:
         producer.kill()
     received = consume_all(broker.bootstrap, topic, partitions)
-    print(check_acked(received, producer.acked(), partitions), f"(kills at {acked_at_kills}); producer: {summary}")
+    print(
+        check_acked(received, producer.acked(), partitions),
+        f"(kills at {acked_at_kills}); producer: {summary}",
+    )
 
 
 @pytest.mark.timeout(180)
@@ -670,7 +843,9 @@ def test_corrupt_segment_is_truncated_at_recovery(broker_factory: Any, topic: st
     broker = broker_factory("corrupt")
     create_classic_topic(broker.bootstrap, topic, 1)
     batches, per_batch = 40, 25
-    values = [f"corrupt|{i:08d}|".encode() + os.urandom(30).hex().encode() for i in range(batches * per_batch)]
+    values = [
+        f"corrupt|{i:08d}|".encode() + os.urandom(30).hex().encode() for i in range(batches * per_batch)
+    ]
     for b in range(batches):
         chunk = values[b * per_batch : (b + 1) * per_batch]
         error, base = wire_produce(broker.port, topic, 0, [(f"k{b}".encode(), v) for v in chunk])
@@ -684,7 +859,9 @@ def test_corrupt_segment_is_truncated_at_recovery(broker_factory: Any, topic: st
     # Recovery re-checks from the recovery point on (below it data was fsynced and is trusted, as in
     # Kafka): corrupt a batch above the checkpointed recovery point.
     recovery_point = read_offset_checkpoint(broker.log_dir / RECOVERY_POINT_CHECKPOINT).get((topic, 0), 0)
-    candidates = [i for i, b in enumerate(on_disk[:-1]) if b.base_offset >= recovery_point and i >= batches // 2]
+    candidates = [
+        i for i, b in enumerate(on_disk[:-1]) if b.base_offset >= recovery_point and i >= batches // 2
+    ]
     assert candidates, f"recovery point {recovery_point} is past every batch; cannot place the corruption"
     victim = on_disk[candidates[0]]
     with open(segment, "r+b") as f:
@@ -698,7 +875,9 @@ def test_corrupt_segment_is_truncated_at_recovery(broker_factory: Any, topic: st
     cut = victim.base_offset
     assert wire_list_offset(broker.port, topic, 0, -1) == (0, cut), "log end offset after recovery"
     assert segment.stat().st_size == victim.position, "the segment was not truncated at the corrupt batch"
-    assert f"at position {victim.position}; truncated" in broker.log_path.read_text(), "recovery did not log the cut"
+    assert f"at position {victim.position}; truncated" in broker.log_path.read_text(), (
+        "recovery did not log the cut"
+    )
     received = confluent_consume(broker.bootstrap, topic, [0], cut, settle=1.0)
     assert [r.offset for r in received] == list(range(cut))
     assert [r.value for r in received] == values[:cut]

@@ -49,7 +49,9 @@ STORAGE_EXCEPTION = "org.apache.kafka.common.errors.KafkaStorageException"  # wh
 # ------------------------------------------------------------------------------------ helpers
 
 
-def jbod_broker(make: Callable[..., BrokerProcess], root: Path, log_dirs: Sequence[Path], metrics_port: int) -> BrokerProcess:
+def jbod_broker(
+    make: Callable[..., BrokerProcess], root: Path, log_dirs: Sequence[Path], metrics_port: int
+) -> BrokerProcess:
     """A broker on several log dirs, its metadata apart, serving /metrics."""
     return make(
         "jbod",
@@ -86,7 +88,9 @@ def scrape(port: int) -> dict[str, float]:
 def offline_gauges(port: int) -> tuple[float, float]:
     """Kafka's two KIP-112 gauges: (offline log dirs, offline replicas)."""
     m = scrape(port)
-    return m["kafka_log_logmanager_offlinelogdirectorycount"], m["kafka_server_replicamanager_offlinereplicacount"]
+    return m["kafka_log_logmanager_offlinelogdirectorycount"], m[
+        "kafka_server_replicamanager_offlinereplicacount"
+    ]
 
 
 def describe_log_dirs(bootstrap: str, topic: str | None = None) -> dict[str, dict[str, Any]]:
@@ -119,7 +123,9 @@ def offline_in_topics_describe(bootstrap: str, topic: str) -> dict[int, str]:
 
     ``--timeout 1000``: the tool also asks ListOffsets, which retries KAFKA_STORAGE_ERROR of the
     offline partitions until its timeout (twice) before printing ``-`` for their offsets."""
-    out = run_shoal("topics", "describe", "--bootstrap-server", bootstrap, "--topic", topic, "--timeout", "1000")
+    out = run_shoal(
+        "topics", "describe", "--bootstrap-server", bootstrap, "--topic", topic, "--timeout", "1000"
+    )
     assert out.returncode == 0, f"topics describe exited {out.returncode}: {out.stdout}{out.stderr}"
     offline: dict[int, str] = {}
     for line in out.stdout.splitlines():
@@ -170,7 +176,9 @@ def test_log_dir_that_is_a_file_at_startup(broker_factory: Any, topic_name: str,
     saved = tmp_path / "disk-b.saved"
     disk_b.rename(saved)
     disk_b.write_text("a regular file where a log dir should be\n")
-    refused = run_shoal("log-dirs", "reset", "--dir", str(disk_b), "--config", str(effective_properties(broker)))
+    refused = run_shoal(
+        "log-dirs", "reset", "--dir", str(disk_b), "--config", str(effective_properties(broker))
+    )
     assert refused.returncode == 1 and "is not a directory" in refused.stderr, refused
     broker.start()
 
@@ -198,7 +206,9 @@ def test_log_dir_that_is_a_file_at_startup(broker_factory: Any, topic_name: str,
     broker.start()
     assert offline_gauges(metrics_port) == (0, 0)
     assert wire_offline_replicas(broker.port, topic_name) == {}
-    check_records(confluent_consume(broker.bootstrap, topic_name, range(4), len(sent) + len(extra)), sent + extra)
+    check_records(
+        confluent_consume(broker.bootstrap, topic_name, range(4), len(sent) + len(extra)), sent + extra
+    )
 
 
 @pytest.mark.timeout(300)
@@ -228,14 +238,20 @@ def test_log_dir_failing_at_run_time_then_replaced_and_reset(
         # The broker learns of the failure at its next I/O there: a produce to one of its partitions.
         wait_until(
             "the failed dir's partitions answering KAFKA_STORAGE_ERROR",
-            lambda: all(wire_produce(broker.port, topic_name, p, [(b"k", b"x")])[0] == KAFKA_STORAGE_ERROR
-                        for p in on_b),
+            lambda: all(
+                wire_produce(broker.port, topic_name, p, [(b"k", b"x")])[0] == KAFKA_STORAGE_ERROR
+                for p in on_b
+            ),
             timeout=30,
         )
         at_failure = len(producer.acked())
-        producer.expect_acks(at_failure + 3_000, 60, f"the healthy dir stopped taking records ({at_failure} at the failure)")
+        producer.expect_acks(
+            at_failure + 3_000, 60, f"the healthy dir stopped taking records ({at_failure} at the failure)"
+        )
         assert broker.is_running(), "the broker stopped when one of its two log dirs failed"
-        assert storage_errors(broker.port, topic_name, on_b) == dict.fromkeys(on_b, (KAFKA_STORAGE_ERROR,) * 3)
+        assert storage_errors(broker.port, topic_name, on_b) == dict.fromkeys(
+            on_b, (KAFKA_STORAGE_ERROR,) * 3
+        )
         assert wire_offline_replicas(broker.port, topic_name) == dict.fromkeys(on_b, (1,))
         dirs = describe_log_dirs(broker.bootstrap)
         assert dirs[str(disk_b)]["error"] == STORAGE_EXCEPTION and dirs[str(disk_b)]["partitions"] == []
@@ -245,7 +261,9 @@ def test_log_dir_failing_at_run_time_then_replaced_and_reset(
     finally:
         producer.kill()
     received = consume_all(broker.bootstrap, topic_name, on_a)
-    print(check_acked(received, producer.acked(), on_a), f"(at the failure: {at_failure}); producer: {summary}")
+    print(
+        check_acked(received, producer.acked(), on_a), f"(at the failure: {at_failure}); producer: {summary}"
+    )
 
     # The disk is replaced: the broker is stopped, the dead disk unmounted, an empty one in its place.
     rc = broker.stop()
@@ -254,7 +272,9 @@ def test_log_dir_failing_at_run_time_then_replaced_and_reset(
     assert disk_b.is_dir() and not any(disk_b.iterdir()), "the replacement disk is not empty"
     broker.start()
     assert storage_errors(broker.port, topic_name, on_b) == dict.fromkeys(on_b, (KAFKA_STORAGE_ERROR,) * 3)
-    assert sorted(partition_dirs([disk_a, disk_b], topic_name)) == on_a, "lost partitions were re-created empty"
+    assert sorted(partition_dirs([disk_a, disk_b], topic_name)) == on_a, (
+        "lost partitions were re-created empty"
+    )
     assert offline_in_topics_describe(broker.bootstrap, topic_name) == dict.fromkeys(on_b, "1")
     assert wire_offline_replicas(broker.port, topic_name) == dict.fromkeys(on_b, (1,))
     dirs = describe_log_dirs(broker.bootstrap)
@@ -264,7 +284,9 @@ def test_log_dir_failing_at_run_time_then_replaced_and_reset(
     props = effective_properties(broker)
     running = run_shoal("log-dirs", "reset", "--dir", str(disk_b), "--config", str(props))
     assert running.returncode == 1 and "still running" in running.stderr, running
-    wrong = run_shoal("log-dirs", "reset", "--dir", str(tmp_path / "elsewhere"), "--log-dirs", f"{disk_a},{disk_b}")
+    wrong = run_shoal(
+        "log-dirs", "reset", "--dir", str(tmp_path / "elsewhere"), "--log-dirs", f"{disk_a},{disk_b}"
+    )
     assert wrong.returncode == 1 and "is not one of the broker's log.dirs" in wrong.stderr, wrong
     broker.stop()
     reset = run_shoal("log-dirs", "reset", "--dir", str(disk_b), "--config", str(props))
@@ -287,26 +309,60 @@ def test_log_dir_failing_at_run_time_then_replaced_and_reset(
 
 
 @pytest.mark.timeout(180)
-def test_move_partition_between_log_dirs_while_producing(broker_factory: Any, topic_name: str, tmp_path: Path) -> None:
+def test_move_partition_between_log_dirs_while_producing(
+    broker_factory: Any, topic_name: str, tmp_path: Path
+) -> None:
     """AlterReplicaLogDirs (``shoal log-dirs move``) while an idempotent producer writes to the
     partition: the move completes, no acknowledged record is lost or doubled, DescribeLogDirs and
     the file system show the partition in the new dir only, and it stays there after a restart."""
     disk_a, disk_b = tmp_path / "disk-a", tmp_path / "disk-b"
     broker = jbod_broker(broker_factory, tmp_path, [disk_a, disk_b], free_port())
-    create_classic_topic(broker.bootstrap, topic_name, 1, {"segment.bytes": str(256 * 1024)})
+    create_classic_topic(broker.bootstrap, topic_name, 1, {"internal.segment.bytes": str(256 * 1024)})
     source = Path(placement(broker.bootstrap, topic_name)[0])
     dest = disk_b if source == disk_a else disk_a
-    nowhere = run_shoal("log-dirs", "move", "--bootstrap-server", broker.bootstrap, "--topic", topic_name,
-                        "--partition", "0", "--dir", str(tmp_path / "not-a-log-dir"))
+    nowhere = run_shoal(
+        "log-dirs",
+        "move",
+        "--bootstrap-server",
+        broker.bootstrap,
+        "--topic",
+        topic_name,
+        "--partition",
+        "0",
+        "--dir",
+        str(tmp_path / "not-a-log-dir"),
+    )
     assert nowhere.returncode == 1 and "LOG_DIR_NOT_FOUND" in nowhere.stderr, nowhere
-    unknown = run_shoal("log-dirs", "describe", "--bootstrap-server", broker.bootstrap, "--broker-list", "1,7")
+    unknown = run_shoal(
+        "log-dirs", "describe", "--bootstrap-server", broker.bootstrap, "--broker-list", "1,7"
+    )
     assert unknown.returncode == 1 and "do not exist from --broker-list: 7" in unknown.stderr, unknown
-    producer = AckedProducer(tmp_path / "producer", broker.bootstrap, topic_name, [0], max_seconds=150,
-                             config={"batch.size": 64 * 1024})  # batches must fit in a 256 KiB segment
+    producer = AckedProducer(
+        tmp_path / "producer",
+        broker.bootstrap,
+        topic_name,
+        [0],
+        max_seconds=150,
+        config={"batch.size": 64 * 1024},
+    )  # batches must fit in a 256 KiB segment
     try:
         producer.expect_acks(5_000, 60, "before the move")
-        moved = run_shoal("log-dirs", "move", "--bootstrap-server", broker.bootstrap, "--topic", topic_name,
-                          "--partition", "0", "--dir", str(dest), "--wait", "--timeout", "60000", timeout=90)
+        moved = run_shoal(
+            "log-dirs",
+            "move",
+            "--bootstrap-server",
+            broker.bootstrap,
+            "--topic",
+            topic_name,
+            "--partition",
+            "0",
+            "--dir",
+            str(dest),
+            "--wait",
+            "--timeout",
+            "60000",
+            timeout=90,
+        )
         assert moved.returncode == 0, f"move exited {moved.returncode}: {moved.stdout}{moved.stderr}"
         assert f"Moved {topic_name}-0 to {dest} on broker 1." in moved.stdout
         n = len(producer.acked())
@@ -318,8 +374,12 @@ def test_move_partition_between_log_dirs_while_producing(broker_factory: Any, to
     print(check_acked(received, producer.acked(), [0]), f"; producer: {summary}")
     dirs = describe_log_dirs(broker.bootstrap, topic_name)
     assert dirs[str(dest)]["partitions"] == [
-        {"partition": f"{topic_name}-0", "size": dirs[str(dest)]["partitions"][0]["size"], "offsetLag": 0,
-         "isFuture": False}
+        {
+            "partition": f"{topic_name}-0",
+            "size": dirs[str(dest)]["partitions"][0]["size"],
+            "offsetLag": 0,
+            "isFuture": False,
+        }
     ], dirs
     assert dirs[str(source)]["partitions"] == [], dirs
     assert dirs[str(dest)]["partitions"][0]["size"] > 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -247,7 +248,13 @@ def test_retention_by_time_keeps_the_active_segment(log_dir: Path) -> None:
     assert deleted > 0 and log.num_segments == segments - deleted
     assert log.log_start_offset == log.segment_base_offsets[0] <= 60
     assert all(v.startswith(b"new") for o, v in all_values(log) if o >= 60)
-    assert not list(log_dir.glob("*.deleted"))
+    # file.delete.delay.ms (Kafka's default, one minute): renamed now, unlinked when due.
+    renamed = list(log_dir.glob("*.deleted"))
+    assert renamed and log.pending_file_deletions == len(renamed)
+    wall = int(time.time() * 1000)
+    assert log.delete_pending_files(wall + 50_000) == 0 and all(p.exists() for p in renamed)
+    assert log.delete_pending_files(wall + 70_000) == len(renamed)
+    assert not list(log_dir.glob("*.deleted")) and log.pending_file_deletions == 0
     # Everything old, still the active segment stays.
     log.update_config(LogConfig(segment_bytes=1024, index_interval_bytes=200, retention_ms=0))
     log.delete_old_segments(now + 3600_000)
@@ -401,3 +408,71 @@ def test_log_config_takes_kafka_names() -> None:
     assert (config.segment_bytes, config.retention_ms, config.index_interval_bytes) == (1024, 5, 4096)
     assert config.to_properties()["flush.messages"] == 2**63 - 1
     assert LogConfig.from_properties(config.to_properties()) == config
+    # internal.segment.bytes replaces segment.bytes (Kafka's segmentSize()); an empty cleanup
+    # policy turns time and size retention off.
+    other = LogConfig.from_properties(
+        {
+            "segment.bytes": "1048576",
+            "internal.segment.bytes": "4096",
+            "cleanup.policy": "",
+            "segment.jitter.ms": "7",
+            "segment.index.bytes": "64",
+            "index.interval.bytes": "10",
+            "file.delete.delay.ms": "0",
+        }
+    )
+    assert (other.segment_bytes, other.cleanup_delete, other.segment_jitter_ms) == (4096, False, 7)
+    assert (other.segment_index_bytes, other.index_interval_bytes, other.file_delete_delay_ms) == (64, 10, 0)
+    assert LogConfig.from_properties(other.to_properties()) == other
+    assert LogConfig.from_properties({"cleanup.policy": ["compact", "delete"]}).cleanup_delete
+
+
+def test_file_delete_delay_zero_deletes_at_once(log_dir: Path) -> None:
+    log = new_log(log_dir, LogConfig(segment_bytes=1024, index_interval_bytes=200, file_delete_delay_ms=0))
+    for i in range(100):
+        append(log, b"value-%d" % i)
+    bases = log.segment_base_offsets
+    assert log.delete_records(bases[2]) == bases[2]
+    assert not list(log_dir.glob("*.deleted")) and log.pending_file_deletions == 0
+    assert not (log_dir / f"{file_name(bases[0])}.log").exists()
+
+
+def test_leftover_deleted_files_go_at_reopen(log_dir: Path) -> None:
+    """A segment renamed ``.deleted`` whose delay had not passed at shutdown is deleted at the next
+    start, as Kafka's log loading does."""
+    log = new_log(log_dir)
+    for i in range(100):
+        append(log, b"value-%d" % i)
+    log.delete_records(log.segment_base_offsets[3])
+    assert list(log_dir.glob("*.deleted"))
+    log.close()
+    again = reopen(log_dir, clean=True)
+    assert not list(log_dir.glob("*.deleted"))
+    assert again.log_start_offset >= again.first_segment_base_offset
+    again.close()
+
+
+def test_empty_cleanup_policy_keeps_everything_but_delete_records_still_deletes(log_dir: Path) -> None:
+    """Kafka 4.x: ``cleanup.policy=`` (empty) keeps data forever; only the log start offset
+    (DeleteRecords) removes segments."""
+    config = LogConfig(
+        segment_bytes=1024,
+        index_interval_bytes=200,
+        retention_ms=0,
+        retention_bytes=0,
+        cleanup_delete=False,
+        file_delete_delay_ms=0,
+    )
+    log = new_log(log_dir, config)
+    for i in range(100):
+        append(log, b"value-%d" % i, ts=TS)
+    segments = log.num_segments
+    assert log.delete_old_segments(TS + 3600_000) == 0 and log.num_segments == segments
+    bases = log.segment_base_offsets
+    log.delete_records(bases[2])
+    assert log.delete_old_segments(TS + 3600_000) == 0
+    assert log.num_segments == segments - 2 and log.log_start_offset == bases[2]
+    log.update_config(
+        LogConfig(segment_bytes=1024, index_interval_bytes=200, retention_ms=0, file_delete_delay_ms=0)
+    )
+    assert log.delete_old_segments(TS + 3600_000) == segments - 3 and log.num_segments == 1

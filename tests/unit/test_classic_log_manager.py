@@ -347,3 +347,22 @@ def test_background_thread_flushes_and_checkpoints(tmp_path: Path) -> None:
     assert log.recovery_point == 100
     assert read_offset_checkpoint(tmp_path / "d1" / RECOVERY_POINT_CHECKPOINT) == {("t", 0): 100}
     m.shutdown()
+
+
+def test_background_round_deletes_segment_files_after_file_delete_delay(tmp_path: Path) -> None:
+    """file.delete.delay.ms: DeleteRecords renames the segment files ``.deleted`` at once; the
+    manager's background round unlinks them once the delay has passed, not before."""
+    m = manager([tmp_path / "d1"])
+    log = m.create_log("t", TOPIC_ID, 0, {"segment.bytes": 1024, "file.delete.delay.ms": 200}, is_new=True)
+    assert log.config.file_delete_delay_ms == 200
+    for i in range(100):
+        append(log, b"value-%d" % i)
+    log.delete_records(log.segment_base_offsets[3])
+    renamed = list(log.directory.glob("*.deleted"))
+    assert renamed
+    m.run_periodic_tasks()
+    assert all(p.exists() for p in renamed)
+    threading.Event().wait(0.3)
+    m.run_periodic_tasks()
+    assert not list(log.directory.glob("*.deleted"))
+    m.shutdown()

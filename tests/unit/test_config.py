@@ -8,19 +8,23 @@ from shoal.config import (
     Config,
     ConfigError,
     reference_markdown,
-    validate_topic_configs,
 )
 from shoal.properties import parse_overrides, parse_properties
+from shoal.topic_configs import validate_topic_configs
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "configuration.md"
 
 
 def test_reference_page_is_in_sync_with_the_code() -> None:
-    assert reference_markdown() in DOCS.read_text(), "regenerate docs/configuration.md with python -m shoal.config"
+    assert reference_markdown() in DOCS.read_text(), (
+        "regenerate docs/configuration.md with python -m shoal.config"
+    )
 
 
 def test_properties_file_and_overrides() -> None:
-    raw = parse_properties("# comment\n! also\nnode.id=3\nlisteners = PLAINTEXT://127.0.0.1:9093\nlog.dirs: /a,\\\n  /b\n")
+    raw = parse_properties(
+        "# comment\n! also\nnode.id=3\nlisteners = PLAINTEXT://127.0.0.1:9093\nlog.dirs: /a,\\\n  /b\n"
+    )
     raw.update(parse_overrides(["broker.rack=az1"]))
     config = Config.from_raw(raw)
     assert config["node.id"] == 3

@@ -99,13 +99,16 @@ def test_record_round_trip(record) -> None:
 
 
 def test_decode_fills_defaults_for_fields_missing_from_old_payloads() -> None:
-    payload = json.dumps({"topic_id": str(TOPIC_ID), "partition": 0, "replicas": [1], "isr": [1], "leader": 1})
+    payload = json.dumps(
+        {"topic_id": str(TOPIC_ID), "partition": 0, "replicas": [1], "isr": [1], "leader": 1}
+    )
     record = decode_record("PartitionRecord", payload)
     assert record == PartitionRecord(TOPIC_ID, 0, (1,), (1,), 1, 0, 0)
     assert isinstance(record.replicas, tuple)
 
 
 # --------------------------------------------------------------------------- log
+
 
 def test_append_and_read_in_order(store: SqliteMetadataStore) -> None:
     epoch = store.acquire_lease(1, 30_000)
@@ -180,6 +183,7 @@ def test_log_and_lease_survive_reopen(db: Path) -> None:
 
 
 # --------------------------------------------------------------------------- image
+
 
 def test_image_applies_topic_partitions_and_configs() -> None:
     image = MetadataImage().apply(
@@ -291,6 +295,7 @@ def test_image_brokers_broker_configs_and_producer_ids() -> None:
 
 # --------------------------------------------------------------------------- cache
 
+
 def test_cache_catch_up_follows_the_log(store: SqliteMetadataStore, db: Path) -> None:
     cache = MetadataCache(store)
     assert cache.catch_up().offset == -1
@@ -320,6 +325,7 @@ def test_cache_catch_up_reads_past_one_page(store: SqliteMetadataStore) -> None:
 
 
 # --------------------------------------------------------------------------- controller
+
 
 def test_create_topic(store: SqliteMetadataStore) -> None:
     controller, cache = make_controller(store, **{"num.partitions": "3"})
@@ -390,7 +396,7 @@ def test_create_topic_rejects_names_colliding_on_dot_and_underscore(store: Sqlit
             {**DISKLESS, "retention.ms": "soon"},
             "Invalid value soon for configuration retention.ms: Not a number of type LONG",
         ),
-        ({**DISKLESS, "cleanup.policy": "forever"}, "String must be one of: delete, compact"),
+        ({**DISKLESS, "cleanup.policy": "forever"}, "String must be one of: compact, delete"),
         ({**DISKLESS, "max.message.bytes": "-5"}, "Value must be at least 0"),
         ({**DISKLESS, "no.such.config": "1"}, "Unknown topic config name: no.such.config"),
         ({**DISKLESS, "retention.ms": None}, "value must not be null"),
@@ -459,14 +465,25 @@ def test_manual_assignments(store: SqliteMetadataStore) -> None:
     ("topic", "code"),
     [
         (NewTopic("t", num_partitions=1, assignments={0: [1]}, configs=DISKLESS), ErrorCode.invalid_request),
-        (NewTopic("t", replication_factor=1, assignments={0: [1]}, configs=DISKLESS), ErrorCode.invalid_request),
+        (
+            NewTopic("t", replication_factor=1, assignments={0: [1]}, configs=DISKLESS),
+            ErrorCode.invalid_request,
+        ),
         (NewTopic("t", assignments={0: [1], 2: [1]}, configs=DISKLESS), ErrorCode.invalid_replica_assignment),
         (NewTopic("t", assignments={1: [1]}, configs=DISKLESS), ErrorCode.invalid_replica_assignment),
         (NewTopic("t", assignments={0: [1, 1]}, configs=DISKLESS), ErrorCode.invalid_replica_assignment),
         (NewTopic("t", assignments={0: []}, configs=DISKLESS), ErrorCode.invalid_replica_assignment),
         (NewTopic("t", assignments={0: [1], 1: [7]}, configs=DISKLESS), ErrorCode.invalid_replica_assignment),
     ],
-    ids=["with-partitions", "with-replication", "gap", "not-from-zero", "duplicate", "empty", "unknown-broker"],
+    ids=[
+        "with-partitions",
+        "with-replication",
+        "gap",
+        "not-from-zero",
+        "duplicate",
+        "empty",
+        "unknown-broker",
+    ],
 )
 def test_bad_manual_assignments(store: SqliteMetadataStore, topic: NewTopic, code: ErrorCode) -> None:
     controller, cache = make_controller(store, brokers=(1, 2))

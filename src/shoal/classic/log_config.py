@@ -2,6 +2,8 @@
 
 The broker resolves topic overrides over its ``log.*`` defaults and hands the result here as a
 mapping of Kafka topic-config names; ``LogConfig.from_properties`` picks what the engine uses.
+``internal.segment.bytes``, when set, replaces ``segment.bytes`` (Kafka's ``segmentSize()``), and
+``cleanup.policy`` says whether retention deletes (Kafka's ``config.delete``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ _NAMES = {
     "flush.ms": "flush_ms",
     "retention.ms": "retention_ms",
     "retention.bytes": "retention_bytes",
+    "file.delete.delay.ms": "file_delete_delay_ms",
     "producer.id.expiration.ms": "producer_id_expiration_ms",
 }
 
@@ -41,21 +44,36 @@ class LogConfig:
     flush_ms: int = _LONG_MAX
     retention_ms: int = 7 * 24 * 3600 * 1000
     retention_bytes: int = -1
+    file_delete_delay_ms: int = 60_000
     producer_id_expiration_ms: int = 86_400_000
+    #: ``cleanup.policy`` includes ``delete``: retention.ms / retention.bytes delete old segments.
+    #: Without it (an empty policy) only the log start offset (DeleteRecords) removes segments.
+    cleanup_delete: bool = True
 
     @classmethod
     def from_properties(cls, props: Mapping[str, object] | None) -> LogConfig:
         """Build from Kafka names (``segment.bytes``...); unknown names are ignored, None means default."""
         if not props:
             return cls()
-        values: dict[str, int] = {}
+        values: dict[str, int | bool] = {}
         for name, field_name in _NAMES.items():
             value = props.get(name)
             if value is not None:
                 values[field_name] = int(value)  # type: ignore[call-overload]
-        return cls(**values)
+        internal = props.get("internal.segment.bytes")
+        if internal is not None:
+            values["segment_bytes"] = int(internal)  # type: ignore[call-overload]
+        policy = props.get("cleanup.policy")
+        if policy is not None:
+            items = policy if isinstance(policy, list | tuple) else str(policy).split(",")
+            values["cleanup_delete"] = "delete" in {str(p).strip() for p in items}
+        return cls(**values)  # type: ignore[arg-type]
 
-    def to_properties(self) -> dict[str, int]:
+    def to_properties(self) -> dict[str, object]:
         """The settings under Kafka's names."""
         by_field = {v: k for k, v in _NAMES.items()}
-        return {by_field[f.name]: getattr(self, f.name) for f in fields(self)}
+        props: dict[str, object] = {
+            by_field[f.name]: getattr(self, f.name) for f in fields(self) if f.name in by_field
+        }
+        props["cleanup.policy"] = "delete" if self.cleanup_delete else ""
+        return props

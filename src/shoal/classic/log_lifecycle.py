@@ -95,6 +95,9 @@ class LifecycleMixin(FlushMixin):
         self._producers.directory = directory
         self._epochs.update_dir(directory)
         self._unsynced = [directory / p.name for p in self._unsynced]
+        self._pending_deletes = [
+            (when, [directory / p.name for p in paths]) for when, paths in self._pending_deletes
+        ]
 
     def delete_dir(self) -> None:
         """Remove the (closed) partition dir and everything in it."""

@@ -1,6 +1,7 @@
-"""``LogManager``'s background work and clean shutdown: flushing, retention, producer-id expiry,
-finishing moves between dirs, and the three offset checkpoints (recovery points, log start
-offsets, high watermarks), each at Kafka's interval, on one daemon thread.
+"""``LogManager``'s background work and clean shutdown: flushing, retention, the delayed deletion
+of removed segment files (``file.delete.delay.ms``), producer-id expiry, finishing moves between
+dirs, and the three offset checkpoints (recovery points, log start offsets, high watermarks), each
+at Kafka's interval, on one daemon thread.
 """
 
 from __future__ import annotations
@@ -108,6 +109,11 @@ class BackgroundTasksMixin:
                     log.delete_old_segments(now)
                 except KafkaError:
                     continue
+        for log in self.all_logs():
+            try:
+                log.delete_pending_files(now)  # file.delete.delay.ms
+            except KafkaError:
+                continue
         if is_due("producers", self._intervals.producer_expiration_check):
             for log in self.all_logs():
                 log.expire_producers(now)

@@ -2,7 +2,10 @@
 DeleteRecords (moving the log start offset up), and producer-id expiry.
 
 Only whole segments go, never the active one; the log start offset may sit inside the first
-segment. Segments leave the list under the state lock, and their files are deleted after it.
+segment. Segments leave the list under the state lock, and their files are deleted after it:
+renamed ``.deleted`` at once and unlinked ``file.delete.delay.ms`` later, as Kafka does. Time and
+size retention apply only when ``cleanup.policy`` includes ``delete``; segments below the log
+start offset always go.
 """
 
 from __future__ import annotations
@@ -51,8 +54,7 @@ class RetentionMixin(LogState):
                 if doomed:
                     self._delete_segments(doomed)
                 result = self._log_start
-            for segment in doomed:
-                segment.delete()
+            self._delete_segment_files(doomed)
             return result
 
     def _start_offset_breached(self) -> list[LogSegment]:
@@ -72,13 +74,13 @@ class RetentionMixin(LogState):
                 segs = self._segments
                 candidates = [s for i, s in enumerate(segs[:-1]) if segs[i + 1].base_offset <= self._hw]
                 doomed: list[LogSegment] = []
-                if config.retention_ms >= 0:
+                if config.cleanup_delete and config.retention_ms >= 0:
                     for s in candidates:
                         if now - s.largest_timestamp > config.retention_ms:
                             doomed.append(s)
                         else:
                             break
-                if config.retention_bytes >= 0:
+                if config.cleanup_delete and config.retention_bytes >= 0:
                     diff = sum(s.size for s in segs) - config.retention_bytes - sum(s.size for s in doomed)
                     for s in candidates[len(doomed) :]:
                         if diff - s.size >= 0:
@@ -91,8 +93,7 @@ class RetentionMixin(LogState):
                         doomed.append(s)
                 if doomed:
                     self._delete_segments(doomed)
-            for segment in doomed:
-                segment.delete()
+            self._delete_segment_files(doomed)
             return len(doomed)
 
     def expire_producers(self, now_ms: int | None = None) -> int:

@@ -9,7 +9,7 @@ the rolled segment and the snapshot later.
 
 from __future__ import annotations
 
-from shoal.classic.log_state import LogState
+from shoal.classic.log_state import LogState, random_segment_jitter
 from shoal.classic.segment import LogSegment
 
 __all__ = ["RollMixin"]
@@ -46,6 +46,7 @@ class RollMixin(LogState):
         )
         self._segments.append(segment)
         self._bases.append(base_offset)
+        self._roll_jitter_ms = random_segment_jitter(self.config)  # Kafka draws it for each new segment
         self._dir_dirty = True
         self._producers.update_map_end_offset(base_offset)
         snapshot = self._producers.take_snapshot(sync=False)

@@ -19,7 +19,7 @@ from shoal.classic.producer_state import ProducerStateManager
 from shoal.classic.segment import LogSegment
 from shoal.records.batch import BatchHeader
 
-__all__ = ["LogState", "headers_from"]
+__all__ = ["LogState", "headers_from", "random_segment_jitter"]
 
 
 class LogState:
@@ -74,9 +74,10 @@ class LogState:
         self._dir_dirty = False
         self._last_flush_ms = clock()
         self._flush_requested = False
-        self._roll_jitter_ms = (
-            random.randrange(config.segment_jitter_ms) if config.segment_jitter_ms > 0 else 0
-        )
+        self._roll_jitter_ms = random_segment_jitter(config)
+        #: Segment files renamed ``.deleted``, to unlink once due (``file.delete.delay.ms``):
+        #: ``(due_ms, paths)``, changed with the maintenance lock held.
+        self._pending_deletes: list[tuple[int, list[Path]]] = []
         self._closed = False
         self._offline = False
 
@@ -159,6 +160,11 @@ class LogState:
 
     def update_config(self, config: LogConfig) -> None:
         """Take new topic configs (AlterConfigs); they apply from the next append or task run."""
+        if (config.segment_jitter_ms, config.segment_ms) != (
+            self.config.segment_jitter_ms,
+            self.config.segment_ms,
+        ):
+            self._roll_jitter_ms = random_segment_jitter(config)
         self.config = config
 
     def epoch_for_offset(self, offset: int) -> int | None:
@@ -186,6 +192,50 @@ class LogState:
         with self._lock:
             for segment in self._segments:
                 segment.close_handles()
+
+    # ------------------------------------------------------------------ segment deletion
+
+    def _delete_segment_files(self, doomed: list[LogSegment]) -> None:
+        """Delete the files of segments already out of the list (maintenance lock held): at once
+        with ``file.delete.delay.ms=0``, else renamed ``.deleted`` now and unlinked when due by
+        ``delete_pending_files`` (Kafka's asynchronous segment deletion)."""
+        delay = self.config.file_delete_delay_ms
+        if delay <= 0:
+            for segment in doomed:
+                segment.delete()
+            return
+        renamed = [path for segment in doomed for path in segment.rename_for_deletion()]
+        if renamed:
+            self._pending_deletes.append((self._clock() + delay, renamed))
+
+    def delete_pending_files(self, now_ms: int | None = None) -> int:
+        """Unlink the ``.deleted`` files whose ``file.delete.delay.ms`` has passed; returns how many
+        files went. Worker thread (``LogManager``'s background round)."""
+        if not self._pending_deletes:
+            return 0
+        with self._guard("deleting old segment files of"), self._io():
+            if self._closed or self._offline:
+                return 0
+            now = self._clock() if now_ms is None else now_ms
+            due = [paths for when, paths in self._pending_deletes if when <= now]
+            self._pending_deletes = [(when, paths) for when, paths in self._pending_deletes if when > now]
+            count = 0
+            for paths in due:
+                for path in paths:
+                    path.unlink(missing_ok=True)
+                    count += 1
+            return count
+
+    @property
+    def pending_file_deletions(self) -> int:
+        """Files renamed ``.deleted`` and not yet unlinked."""
+        return sum(len(paths) for _, paths in self._pending_deletes)
+
+
+def random_segment_jitter(config: LogConfig) -> int:
+    """Kafka's ``randomSegmentJitter``: below ``min(segment.jitter.ms, segment.ms)``."""
+    bound = min(config.segment_jitter_ms, config.segment_ms)
+    return random.randrange(bound) if bound > 0 else 0
 
 
 def headers_from(segments: list[LogSegment], offset: int) -> Iterator[BatchHeader]:

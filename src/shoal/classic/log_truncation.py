@@ -31,8 +31,7 @@ class TruncationMixin(LogState):
                     keep[-1].truncate_to(offset)
                     self._next_offset = keep[-1].next_offset
                 self._after_truncation()
-            for segment in doomed:
-                segment.delete()
+            self._delete_segment_files(doomed)
             return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:

@@ -23,19 +23,33 @@ from shoal.classic.log_dirs import LogDirDescription, describe_log_dirs
 from shoal.classic.log_manager import LogManager, TopicPartition
 from shoal.classic.log_manager_failures import LogDirFailureEvent
 from shoal.classic.log_results import AppendResult, ReadResult, TimestampAndOffset
-from shoal.config import TOPIC_CONFIGS, Config
+from shoal.config import Config
 from shoal.metadata.image import MetadataImage, TopicImage
 from shoal.protocol.errors import ErrorCode, KafkaError
 from shoal.records.batch import BatchHeader
 from shoal.records.types import TimestampType
+from shoal.topic_configs import TOPIC_CONFIGS
 
 log = logging.getLogger(__name__)
 
 # Left in a log dir by ``shoal log-dirs reset``; the broker acts on it at its next start.
 RESET_MARKER = ".shoal-log-dir-reset"
 
-# Topic configs that shape a classic log, by their Kafka names.
-LOG_CONFIG_NAMES = ("segment.bytes", "segment.ms", "flush.messages", "flush.ms", "retention.ms", "retention.bytes")
+# Topic configs that shape a classic log, by their Kafka names (``LogConfig.from_properties``).
+LOG_CONFIG_NAMES = (
+    "segment.bytes",
+    "internal.segment.bytes",
+    "segment.ms",
+    "segment.jitter.ms",
+    "segment.index.bytes",
+    "index.interval.bytes",
+    "flush.messages",
+    "flush.ms",
+    "retention.ms",
+    "retention.bytes",
+    "cleanup.policy",
+    "file.delete.delay.ms",
+)
 
 
 def log_config_for(config: Config, topic: TopicImage | None) -> LogConfig:
@@ -115,7 +129,8 @@ class ReplicaManager:
         (Path(log_dir) / RESET_MARKER).unlink()
         log.warning(
             "log dir %s was reset by the operator: re-created %s empty",
-            log_dir, ", ".join(f"{t}-{p}" for t, p in released) or "no partition",
+            log_dir,
+            ", ".join(f"{t}-{p}" for t, p in released) or "no partition",
         )
 
     # ------------------------------------------------------------------ failures
@@ -128,7 +143,9 @@ class ReplicaManager:
         log.error(
             "log dir %s is offline (%s): partitions %s answer KAFKA_STORAGE_ERROR until the broker restarts with "
             "the directory fixed",
-            event.log_dir, event.message, ", ".join(f"{t}-{p}" for t, p in event.offline_partitions) or "none",
+            event.log_dir,
+            event.message,
+            ", ".join(f"{t}-{p}" for t, p in event.offline_partitions) or "none",
         )
         if event.halt:
             self._on_halt(f"every log dir is offline (last: {event.log_dir})")
@@ -148,7 +165,10 @@ class ReplicaManager:
             if self._node_id in p.replicas and (only is None or p.partition in only):
                 await self._run_blocking(
                     functools.partial(self.logs.create_log, is_new=is_new),
-                    topic.name, topic.topic_id, p.partition, configs or None,
+                    topic.name,
+                    topic.topic_id,
+                    p.partition,
+                    configs or None,
                 )
 
     async def delete_topic(self, topic: TopicImage) -> None:
@@ -179,7 +199,9 @@ class ReplicaManager:
     async def flush(self, topic: str, partition: int) -> None:
         await self._run_blocking(self.get(topic, partition).flush)
 
-    def read(self, topic: str, partition: int, offset: int, max_bytes: int, min_one_batch: bool) -> ReadResult:
+    def read(
+        self, topic: str, partition: int, offset: int, max_bytes: int, min_one_batch: bool
+    ) -> ReadResult:
         return self.get(topic, partition).read(offset, max_bytes, min_one_batch)
 
     async def list_offset(self, topic: str, partition: int, timestamp: int) -> TimestampAndOffset | None:
@@ -199,5 +221,7 @@ class ReplicaManager:
         wanted = str(Path(log_dir).resolve())
         known = {str(Path(d).resolve()): d for d in self.logs.log_dirs}
         if wanted not in known:
-            raise KafkaError(ErrorCode.log_dir_not_found, f"Log dir {log_dir} is not in log.dirs of this broker")
+            raise KafkaError(
+                ErrorCode.log_dir_not_found, f"Log dir {log_dir} is not in log.dirs of this broker"
+            )
         await self._run_blocking(self.logs.alter_log_dir, topic, partition, known[wanted])

@@ -433,6 +433,13 @@ class LogSegment:
 
     def delete(self) -> None:
         """Rename every file to ``.deleted``, then unlink it (Kafka's deletion protocol, without delay)."""
+        for target in self.rename_for_deletion():
+            os.unlink(target)
+
+    def rename_for_deletion(self) -> list[Path]:
+        """Close the files and rename each to ``.deleted`` (the first step of Kafka's deletion; the
+        files are unlinked later, ``file.delete.delay.ms``, or by recovery at the next start).
+        Returns the renamed paths."""
         self.close_handles()
         paths = [self.log_path, self.offset_index.path, self.time_index.path]
         txn = self.directory / (file_name(self.base_offset) + TXN_INDEX_SUFFIX)
@@ -445,5 +452,4 @@ class LogSegment:
             except FileNotFoundError:
                 continue
             renamed.append(target)
-        for target in renamed:
-            os.unlink(target)
+        return renamed

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shoal.config import Config, ConfigError, validate_topic_configs
+from shoal.config import Config, ConfigError
 from shoal.metadata.image import MetadataImage
 from shoal.metadata.log import MetadataStore
 from shoal.metadata.records import (
@@ -26,6 +26,7 @@ from shoal.metadata.records import (
     TopicRecord,
 )
 from shoal.protocol.errors import ErrorCode, KafkaError
+from shoal.topic_configs import validate_topic_configs
 
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME_LENGTH = 249
@@ -51,10 +52,15 @@ class CreatedTopic:
     is_diskless: bool
 
 
-def _check_manual_assignment(replicas: Sequence[int], replication_factor: int, brokers: Mapping[int, Any]) -> None:
+def _check_manual_assignment(
+    replicas: Sequence[int], replication_factor: int, brokers: Mapping[int, Any]
+) -> None:
     """Kafka's validateManualPartitionAssignment, with its messages."""
     if not replicas:
-        raise KafkaError(ErrorCode.invalid_replica_assignment, "The manual partition assignment includes an empty replica list.")
+        raise KafkaError(
+            ErrorCode.invalid_replica_assignment,
+            "The manual partition assignment includes an empty replica list.",
+        )
     seen: set[int] = set()
     for broker in replicas:
         if broker not in brokers:
@@ -106,7 +112,9 @@ class Controller:
         self._node_id: int = config["node.id"]
         epoch = store.acquire_lease(self._node_id, self.LEASE_TTL_MS)
         if epoch is None:
-            raise RuntimeError("another node holds the controller lease; multi-node clusters come in a later release")
+            raise RuntimeError(
+                "another node holds the controller lease; multi-node clusters come in a later release"
+            )
         self.epoch = epoch
 
     def renew(self) -> None:
@@ -130,7 +138,8 @@ class Controller:
         )
         if collision is not None:
             raise KafkaError(
-                ErrorCode.invalid_topic_exception, f"Topic '{topic.name}' collides with existing topic: {collision}"
+                ErrorCode.invalid_topic_exception,
+                f"Topic '{topic.name}' collides with existing topic: {collision}",
             )
         try:
             configs = validate_topic_configs(topic.configs)
@@ -152,7 +161,8 @@ class Controller:
             num_partitions = len(topic.assignments)
             if sorted(topic.assignments) != list(range(num_partitions)):
                 raise KafkaError(
-                    ErrorCode.invalid_replica_assignment, "Partitions should be a consecutive 0-based integer sequence"
+                    ErrorCode.invalid_replica_assignment,
+                    "Partitions should be a consecutive 0-based integer sequence",
                 )
             replication_factor = len(next(iter(topic.assignments.values())))
             for replicas in topic.assignments.values():
@@ -162,28 +172,39 @@ class Controller:
                         "All partitions should have the same number of replicas",
                     )
                 if not replicas or len(set(replicas)) != len(replicas):
-                    raise KafkaError(ErrorCode.invalid_replica_assignment, "Duplicate or empty replica assignment")
+                    raise KafkaError(
+                        ErrorCode.invalid_replica_assignment, "Duplicate or empty replica assignment"
+                    )
                 unknown = [b for b in replicas if b not in image.brokers]
                 if unknown:
                     raise KafkaError(
-                        ErrorCode.invalid_replica_assignment, f"The manual partition assignment includes unknown brokers {unknown}"
+                        ErrorCode.invalid_replica_assignment,
+                        f"The manual partition assignment includes unknown brokers {unknown}",
                     )
         else:
-            num_partitions = self._config["num.partitions"] if topic.num_partitions == -1 else topic.num_partitions
+            num_partitions = (
+                self._config["num.partitions"] if topic.num_partitions == -1 else topic.num_partitions
+            )
             replication_factor = (
-                self._config["default.replication.factor"] if topic.replication_factor == -1 else topic.replication_factor
+                self._config["default.replication.factor"]
+                if topic.replication_factor == -1
+                else topic.replication_factor
             )
             if num_partitions <= 0:
                 raise KafkaError(ErrorCode.invalid_partitions, "Number of partitions must be larger than 0.")
             if replication_factor <= 0:
-                raise KafkaError(ErrorCode.invalid_replication_factor, "Replication factor must be larger than 0.")
+                raise KafkaError(
+                    ErrorCode.invalid_replication_factor, "Replication factor must be larger than 0."
+                )
             if replication_factor > len(brokers):
                 raise KafkaError(
                     ErrorCode.invalid_replication_factor,
                     f"Unable to replicate the partition {replication_factor} time(s): The target replication factor "
                     f"of {replication_factor} cannot be reached because only {len(brokers)} broker(s) are registered.",
                 )
-        return CreatedTopic(topic.name, uuid.uuid4(), num_partitions, replication_factor, configs, is_diskless)
+        return CreatedTopic(
+            topic.name, uuid.uuid4(), num_partitions, replication_factor, configs, is_diskless
+        )
 
     def create_topic(self, topic: NewTopic) -> tuple[CreatedTopic, int]:
         """Validate and record one topic; returns it and the metadata offset that made it."""
@@ -196,7 +217,9 @@ class Controller:
                 replicas = tuple(topic.assignments[p])
             else:
                 start = p % len(brokers)
-                replicas = tuple(brokers[(start + i) % len(brokers)] for i in range(created.replication_factor))
+                replicas = tuple(
+                    brokers[(start + i) % len(brokers)] for i in range(created.replication_factor)
+                )
             records.append(PartitionRecord(created.topic_id, p, replicas, replicas, replicas[0]))
         records += [ConfigRecord(ConfigRecord.TOPIC, created.name, k, v) for k, v in created.configs.items()]
         return created, self._append(records)
@@ -211,7 +234,9 @@ class Controller:
         image = self._image()
         topic = image.topic(name)
         if topic is None:
-            raise KafkaError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
+            raise KafkaError(
+                ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition."
+            )
         current = len(topic.partitions)
         if count < current:
             raise KafkaError(
@@ -254,7 +279,9 @@ class Controller:
         ]
         return new, self._append(records)
 
-    def alter_topic_configs(self, name: str, desired: Mapping[str, str | None], validate_only: bool) -> int | None:
+    def alter_topic_configs(
+        self, name: str, desired: Mapping[str, str | None], validate_only: bool
+    ) -> int | None:
         """Replace a topic's configs with ``desired`` (validated); returns the metadata offset.
 
         ``diskless.enable`` is fixed at creation (KIP-1163): changing it is INVALID_CONFIG.
@@ -272,9 +299,13 @@ class Controller:
                 "diskless.enable can only be set when the topic is created; it cannot be changed afterwards.",
             )
         records: list[MetadataRecord] = [
-            ConfigRecord(ConfigRecord.TOPIC, name, k, v) for k, v in configs.items() if topic.configs.get(k) != v
+            ConfigRecord(ConfigRecord.TOPIC, name, k, v)
+            for k, v in configs.items()
+            if topic.configs.get(k) != v
         ]
-        records += [ConfigRecord(ConfigRecord.TOPIC, name, k, None) for k in topic.configs if k not in configs]
+        records += [
+            ConfigRecord(ConfigRecord.TOPIC, name, k, None) for k in topic.configs if k not in configs
+        ]
         if validate_only or not records:
             return None
         return self._append(records)

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import datetime
 import logging
+from dataclasses import dataclass, field
 from typing import Any
 
-from shoal.config import BROKER_CONFIGS, TOPIC_CONFIGS, ConfigType, format_value
+from shoal.config import BROKER_CONFIGS, ConfigType, format_value
 from shoal.metadata.controller import CreatedTopic, NewTopic
 from shoal.metadata.records import ConfigRecord
 from shoal.protocol.apis import RequestHeader, response_class
 from shoal.protocol.build import make, nested
 from shoal.protocol.errors import ErrorCode, KafkaError
 from shoal.server.context import ServerContext
+from shoal.topic_configs import TOPIC_CONFIGS
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +44,21 @@ async def handle_create_topics(ctx: ServerContext, header: RequestHeader, reques
     results = []
     seen: set[str] = set()
     for topic in request.topics:
-        fields: dict[str, Any] = {"name": topic.name, "topic_id": None, "num_partitions": -1, "replication_factor": -1,
-                                  "configs": None, "error_message": None, "topic_config_error_code": 0}
+        fields: dict[str, Any] = {
+            "name": topic.name,
+            "topic_id": None,
+            "num_partitions": -1,
+            "replication_factor": -1,
+            "configs": None,
+            "error_message": None,
+            "topic_config_error_code": 0,
+        }
         try:
             if topic.name in seen:
-                raise KafkaError(ErrorCode.invalid_request, f"Create topics request from client contains duplicate topic {topic.name}")
+                raise KafkaError(
+                    ErrorCode.invalid_request,
+                    f"Create topics request from client contains duplicate topic {topic.name}",
+                )
             seen.add(topic.name)
             new_topic = NewTopic(
                 name=topic.name,
@@ -67,12 +79,25 @@ async def handle_create_topics(ctx: ServerContext, header: RequestHeader, reques
                 configs=None
                 if config_cls is None
                 else tuple(
-                    make(config_cls, name=name, value=value, read_only=False, config_source=source, is_sensitive=False)
+                    make(
+                        config_cls,
+                        name=name,
+                        value=value,
+                        read_only=False,
+                        config_source=source,
+                        is_sensitive=False,
+                    )
                     for name, value, source in _topic_config_values(ctx, created.configs)
                 ),
             )
         except KafkaError as exc:
-            log.info("CreateTopics %s from %s refused: %s (%s)", topic.name, header.client_id, exc.message, exc.code.name)
+            log.info(
+                "CreateTopics %s from %s refused: %s (%s)",
+                topic.name,
+                header.client_id,
+                exc.message,
+                exc.code.name,
+            )
             fields.update(error_code=exc.code, error_message=exc.message)
         results.append(make(result_cls, **fields))
     return make(cls, throttle_time=_ZERO, topics=tuple(results))
@@ -85,22 +110,68 @@ async def create_topic(ctx: ServerContext, new_topic: NewTopic) -> CreatedTopic:
     topic = ctx.image.topic(created.name)
     assert topic is not None  # the controller's write is in the image (ctx.control caught up)
     await ctx.partitions.create_topic(topic, is_new=True)
-    log.info("created %s topic %s (%s) with %d partitions, configs %s",
-             ctx.partitions.describe_kind(topic), created.name, created.topic_id,
-             created.num_partitions, dict(created.configs))
+    log.info(
+        "created %s topic %s (%s) with %d partitions, configs %s",
+        ctx.partitions.describe_kind(topic),
+        created.name,
+        created.topic_id,
+        created.num_partitions,
+        dict(created.configs),
+    )
     return created
+
+
+@dataclass(frozen=True, slots=True)
+class _ConfigEntry:
+    """One DescribeConfigs entry: the effective value, Kafka's source of it, and the synonyms
+    (the sources it could come from, highest priority first; the first one is the source)."""
+
+    name: str
+    value: str | None
+    source: int
+    type: ConfigType
+    doc: str
+    synonyms: list[tuple[str, str | None, int]] = field(default_factory=list)
+
+
+def _broker_synonyms(ctx: ServerContext, name: str) -> list[tuple[str, str | None, int]]:
+    """A broker config's sources as Kafka lists them: the operator's value, then the default."""
+    synonyms: list[tuple[str, str | None, int]] = []
+    if ctx.config.is_set(name):
+        value = ctx.config[name]
+        synonyms.append((name, None if value is None else format_value(value), SOURCE_STATIC_BROKER))
+    default = BROKER_CONFIGS[name].default
+    if default is not None:
+        synonyms.append((name, format_value(default), SOURCE_DEFAULT))
+    return synonyms
+
+
+def _topic_config_entries(ctx: ServerContext, configs: Any) -> list[_ConfigEntry]:
+    """Every topic config (an internal one only when set) with its effective value, and Kafka's
+    source: DYNAMIC_TOPIC_CONFIG when the topic sets it, STATIC_BROKER_CONFIG when the operator set
+    its broker synonym, else DEFAULT_CONFIG."""
+    entries = []
+    for name, d in TOPIC_CONFIGS.items():
+        if d.internal and name not in configs:
+            continue
+        synonyms: list[tuple[str, str | None, int]] = []
+        if name in configs:
+            synonyms.append((name, configs[name], SOURCE_DYNAMIC_TOPIC))
+        if d.broker_synonym is not None:
+            synonyms += _broker_synonyms(ctx, d.broker_synonym)
+        if name in configs:
+            value = configs[name]
+        else:
+            default = ctx.config.topic_default(name)
+            value = None if default is None else format_value(default)
+        source = synonyms[0][2] if synonyms else SOURCE_DEFAULT
+        entries.append(_ConfigEntry(name, value, source, d.type, d.doc, synonyms))
+    return entries
 
 
 def _topic_config_values(ctx: ServerContext, configs: Any) -> list[tuple[str, str | None, int]]:
     """Every topic config with its effective value and Kafka's source code."""
-    values = []
-    for name in TOPIC_CONFIGS:
-        if name in configs:
-            values.append((name, configs[name], SOURCE_DYNAMIC_TOPIC))
-        else:
-            default = ctx.config.topic_default(name)
-            values.append((name, None if default is None else format_value(default), SOURCE_DEFAULT))
-    return values
+    return [(e.name, e.value, e.source) for e in _topic_config_entries(ctx, configs)]
 
 
 async def handle_delete_topics(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
@@ -121,7 +192,9 @@ async def handle_delete_topics(ctx: ServerContext, header: RequestHeader, reques
             if topic is None:
                 if name is None:
                     raise KafkaError(ErrorCode.unknown_topic_id, f"Topic id {topic_id} does not exist")
-                raise KafkaError(ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition.")
+                raise KafkaError(
+                    ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition."
+                )
             await ctx.control(ctx.controller.delete_topic, topic.topic_id)
             await ctx.partitions.delete_topic(topic)
             log.info("deleted topic %s (%s)", topic.name, topic.topic_id)
@@ -135,19 +208,22 @@ async def handle_delete_topics(ctx: ServerContext, header: RequestHeader, reques
 async def handle_describe_configs(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     cls = response_class(header.api_key, header.api_version)
     result_cls, entry_cls = nested(cls, "DescribeConfigsResult"), nested(cls, "DescribeConfigsResourceResult")
+    synonym_cls = nested(cls, "DescribeConfigsSynonym")
     include_docs = getattr(request, "include_documentation", False)
+    include_synonyms = getattr(request, "include_synonyms", False) and synonym_cls is not None
     results = []
     for resource in request.resources:
-        entries: list[tuple[str, str | None, int, ConfigType, str]] = []
+        entries: list[_ConfigEntry] = []
         error, message = ErrorCode.none, None
         if resource.resource_type == ConfigRecord.TOPIC:
             topic = ctx.image.topic(resource.resource_name)
             if topic is None:
-                error, message = ErrorCode.unknown_topic_or_partition, f"Topic {resource.resource_name} does not exist"
+                error, message = (
+                    ErrorCode.unknown_topic_or_partition,
+                    f"Topic {resource.resource_name} does not exist",
+                )
             else:
-                for name, value, source in _topic_config_values(ctx, topic.configs):
-                    d = TOPIC_CONFIGS[name]
-                    entries.append((name, value, source, d.type, d.doc))
+                entries = _topic_config_entries(ctx, topic.configs)
         elif resource.resource_type == ConfigRecord.BROKER:
             if resource.resource_name not in ("", str(ctx.node_id)):
                 error, message = ErrorCode.invalid_request, f"Unexpected broker id {resource.resource_name}"
@@ -155,7 +231,16 @@ async def handle_describe_configs(ctx: ServerContext, header: RequestHeader, req
                 for name, d in BROKER_CONFIGS.items():
                     value = ctx.config[name]
                     source = SOURCE_STATIC_BROKER if ctx.config.is_set(name) else SOURCE_DEFAULT
-                    entries.append((name, None if value is None else format_value(value), source, d.type, d.doc))
+                    entries.append(
+                        _ConfigEntry(
+                            name,
+                            None if value is None else format_value(value),
+                            source,
+                            d.type,
+                            d.doc,
+                            _broker_synonyms(ctx, name),
+                        )
+                    )
         else:
             error, message = ErrorCode.invalid_request, f"Unsupported resource type {resource.resource_type}"
         keys = set(resource.configuration_keys) if resource.configuration_keys else None
@@ -169,18 +254,24 @@ async def handle_describe_configs(ctx: ServerContext, header: RequestHeader, req
                 configs=tuple(
                     make(
                         entry_cls,
-                        name=name,
-                        value=value,
-                        read_only=name == "diskless.enable" or resource.resource_type == ConfigRecord.BROKER,
-                        config_source=source,
-                        is_default=source == SOURCE_DEFAULT,
+                        name=e.name,
+                        value=e.value,
+                        read_only=e.name == "diskless.enable"
+                        or resource.resource_type == ConfigRecord.BROKER,
+                        config_source=e.source,
+                        is_default=e.source == SOURCE_DEFAULT,
                         is_sensitive=False,
-                        synonyms=(),
-                        config_type=_CONFIG_TYPE_IDS[config_type],
-                        documentation=doc if include_docs else None,
+                        synonyms=tuple(
+                            make(synonym_cls, name=name, value=value, source=source)
+                            for name, value, source in e.synonyms
+                        )
+                        if include_synonyms
+                        else (),
+                        config_type=_CONFIG_TYPE_IDS[e.type],
+                        documentation=e.doc if include_docs else None,
                     )
-                    for name, value, source, config_type, doc in entries
-                    if keys is None or name in keys
+                    for e in entries
+                    if keys is None or e.name in keys
                 ),
             )
         )
@@ -202,7 +293,9 @@ def _incremental(current: dict[str, str], changes: Any) -> dict[str, str | None]
         elif change.config_operation in (OP_APPEND, OP_SUBTRACT):
             if d is None or d.type is not ConfigType.LIST:
                 verb = "append" if change.config_operation == OP_APPEND else "subtract"
-                raise KafkaError(ErrorCode.invalid_config, f"Config value {verb} is not allowed for config {change.name}")
+                raise KafkaError(
+                    ErrorCode.invalid_config, f"Config value {verb} is not allowed for config {change.name}"
+                )
             items = [x for x in (desired.get(change.name) or format_value(d.default) or "").split(",") if x]
             values = [x for x in (change.value or "").split(",") if x]
             if change.config_operation == OP_APPEND:
@@ -228,10 +321,14 @@ async def _alter_configs(ctx: ServerContext, header: RequestHeader, request: Any
                     "Broker configs are static in this Shoal version: set them in server.properties or with --override",
                 )
             if resource.resource_type != ConfigRecord.TOPIC:
-                raise KafkaError(ErrorCode.invalid_request, f"Unsupported resource type {resource.resource_type}")
+                raise KafkaError(
+                    ErrorCode.invalid_request, f"Unsupported resource type {resource.resource_type}"
+                )
             topic = ctx.image.topic(resource.resource_name)
             if topic is None:
-                raise KafkaError(ErrorCode.unknown_topic_or_partition, f"Topic {resource.resource_name} does not exist")
+                raise KafkaError(
+                    ErrorCode.unknown_topic_or_partition, f"Topic {resource.resource_name} does not exist"
+                )
             if incremental:
                 desired = _incremental(dict(topic.configs), resource.configs)
             else:
@@ -243,11 +340,18 @@ async def _alter_configs(ctx: ServerContext, header: RequestHeader, request: Any
             if not request.validate_only:
                 log.info("altered configs of topic %s: %s", topic.name, desired)
         except KafkaError as exc:
-            log.info("AlterConfigs %s from %s refused: %s", resource.resource_name, header.client_id, exc.message)
+            log.info(
+                "AlterConfigs %s from %s refused: %s", resource.resource_name, header.client_id, exc.message
+            )
             error, message = exc.code, exc.message
         results.append(
-            make(result_cls, error_code=error, error_message=message, resource_type=resource.resource_type,
-                 resource_name=resource.resource_name)
+            make(
+                result_cls,
+                error_code=error,
+                error_message=message,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+            )
         )
     return make(cls, throttle_time=_ZERO, responses=tuple(results))
 
@@ -275,8 +379,13 @@ async def handle_create_partitions(ctx: ServerContext, header: RequestHeader, re
             assignments = None if topic.assignments is None else [a.broker_ids for a in topic.assignments]
             await add_partitions(ctx, topic.name, topic.count, assignments, request.validate_only)
         except KafkaError as exc:
-            log.info("CreatePartitions %s from %s refused: %s (%s)", topic.name, header.client_id, exc.message,
-                     exc.code.name)
+            log.info(
+                "CreatePartitions %s from %s refused: %s (%s)",
+                topic.name,
+                header.client_id,
+                exc.message,
+                exc.code.name,
+            )
             error, message = exc.code, exc.message
         results.append(make(result_cls, name=topic.name, error_code=error, error_message=message))
     return make(cls, throttle_time=_ZERO, results=tuple(results))
@@ -292,5 +401,10 @@ async def add_partitions(
     topic = ctx.image.topic(name)
     assert topic is not None  # the controller's write is in the image (ctx.control caught up)
     await ctx.partitions.add_partitions(topic, new)
-    log.info("added partitions %s to %s topic %s, which now has %d", new, ctx.partitions.describe_kind(topic),
-             name, len(topic.partitions))
+    log.info(
+        "added partitions %s to %s topic %s, which now has %d",
+        new,
+        ctx.partitions.describe_kind(topic),
+        name,
+        len(topic.partitions),
+    )
