@@ -19,6 +19,8 @@ TOOLS = [
     ("diskless-metadata", "object", "wal/x"),
     ("pipeline", "export", "--topic", "t", "--format", "parquet", "--path", "out"),
     ("pipeline", "compact", "--dry-run"),
+    ("log-dirs", "reset"),
+    ("log-dirs", "reset", "--dir", "logs"),
 ]
 
 

@@ -115,3 +115,49 @@ def decode_assignment(data: bytes | bytearray | memoryview) -> Assignment:
         topics.append(TopicAssignment(topic, partitions))
     user_data = cur.nullable_bytes("user data")
     return Assignment(version=version, topics=tuple(topics), user_data=user_data)
+
+
+# -- what a member itself sends: its Subscription (JoinGroup metadata) and, as leader, Assignments --
+
+SUBSCRIPTION_VERSION = 0
+"""The Subscription version this client writes: topics and user data, what the range assignor needs."""
+
+
+def _string(value: str) -> bytes:
+    raw = value.encode("utf-8")
+    return _INT16.pack(len(raw)) + raw
+
+
+def encode_subscription(topics: list[str]) -> bytes:
+    """ConsumerProtocolSubscription v0: version, topics, null user data."""
+    out = bytearray(_INT16.pack(SUBSCRIPTION_VERSION))
+    out += _INT32.pack(len(topics))
+    for topic in topics:
+        out += _string(topic)
+    out += _INT32.pack(-1)
+    return bytes(out)
+
+
+def decode_subscription_topics(data: bytes | bytearray | memoryview) -> list[str]:
+    """The topics of any member's Subscription (every version starts with version and topics)."""
+    cur = _Cursor(bytes(data))
+    version = cur.int16("version")
+    if version < 0:
+        raise ConsumerProtocolError(f"unsupported subscription version {version}")
+    return [cur.string("topic name") for _ in range(cur.count("topic count"))]
+
+
+def encode_assignment(partitions: list[tuple[str, int]]) -> bytes:
+    """ConsumerProtocolAssignment v0: the member's partitions grouped by topic, null user data."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    out = bytearray(_INT16.pack(0))
+    out += _INT32.pack(len(by_topic))
+    for topic, parts in by_topic.items():
+        out += _string(topic)
+        out += _INT32.pack(len(parts))
+        for p in parts:
+            out += _INT32.pack(p)
+    out += _INT32.pack(-1)
+    return bytes(out)

@@ -49,6 +49,7 @@ from shoal.cli.kafka_client import (
     error_message,
     error_name,
 )
+from shoal.cli.options import BootstrapOpt, TimeoutOpt
 from shoal.protocol.errors import ErrorCode
 
 groups_app = typer.Typer(
@@ -58,13 +59,6 @@ groups_app = typer.Typer(
 
 CLIENT_ID = "shoal-consumer-groups"
 
-BootstrapOpt = Annotated[
-    str, typer.Option("--bootstrap-server", help="The broker(s) to connect to: HOST:PORT[,HOST:PORT].")
-]
-TimeoutOpt = Annotated[
-    int,
-    typer.Option("--timeout", help="Milliseconds each broker operation may take, retries included.", min=1),
-]
 GroupOpt = Annotated[list[str] | None, typer.Option("--group", help="A consumer group (repeatable).")]
 AllGroupsOpt = Annotated[bool, typer.Option("--all-groups", help="Apply to all consumer groups.")]
 DEFAULT_TIMEOUT_MS = 5_000  # kafka-consumer-groups.sh --timeout default

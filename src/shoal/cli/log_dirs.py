@@ -45,8 +45,8 @@ from shoal.cli.kafka_client import (
     error_name,
     negotiate_version,
 )
-from shoal.config import Config, ConfigError
-from shoal.properties import parse_properties
+from shoal.cli.options import BootstrapOpt, TimeoutOpt
+from shoal.cli.store_options import ConfigOpt, DataDirOpt, OverrideOpt, tool_config
 from shoal.protocol.apis import request_class
 from shoal.protocol.build import make, nested
 from shoal.protocol.errors import ErrorCode
@@ -84,12 +84,6 @@ VERSIONS: dict[int, tuple[int, int]] = {
 }
 KAFKA_API_NAMES = {Api.ALTER_REPLICA_LOG_DIRS: "ALTER_REPLICA_LOG_DIRS", Api.DESCRIBE_LOG_DIRS: "DESCRIBE_LOG_DIRS"}
 
-BootstrapOpt = Annotated[
-    str, typer.Option("--bootstrap-server", help="The broker(s) to connect to: HOST:PORT[,HOST:PORT].")
-]
-TimeoutOpt = Annotated[
-    int, typer.Option("--timeout", help="Milliseconds each broker operation may take, retries included.", min=1)
-]
 
 
 class LogDirsCommandError(Exception):
@@ -414,10 +408,10 @@ def _write_marker(directory: Path, text: str) -> Path:
 
 @log_dirs_app.command("reset")
 def reset(
-    log_dir: Annotated[str, typer.Option("--dir", help="The log dir that was fixed or replaced.")],
-    config: Annotated[
-        Path | None, typer.Option("--config", help="The broker's server.properties (its log.dirs and listeners).")
-    ] = None,
+    log_dir: Annotated[str | None, typer.Option("--dir", help="The log dir that was fixed or replaced.")] = None,
+    config: ConfigOpt = None,
+    data_dir: DataDirOpt = None,
+    override: OverrideOpt = None,
     log_dirs: Annotated[
         str | None, typer.Option("--log-dirs", help="The broker's log.dirs, comma separated (instead of --config).")
     ] = None,
@@ -426,22 +420,22 @@ def reset(
 
     It accepts the loss of the replicas the dir held: at its next start the broker re-creates them
     empty and serves the directory again. Until then it keeps them offline rather than silently
-    serve empty replicas.
+    serve empty replicas. The broker's log.dirs come from the stores' usual lookup (``--config``,
+    ``--data-dir``, ``./shoal-data``) or from ``--log-dirs``.
     """
-    if (config is None) == (log_dirs is None):
-        raise _usage("give exactly one of --config and --log-dirs")
     listeners: list[str] = []
-    if config is not None:
-        try:
-            broker_config = Config.from_raw(parse_properties(config.read_text()))
-        except (OSError, ConfigError) as exc:
-            raise _fail(f"Cannot read the broker configuration {config}: {exc}") from None
-        configured = list(broker_config.log_dirs)
-        listeners = list(broker_config["listeners"] or [])
-    else:
+    if log_dirs is not None:
+        if config is not None or data_dir is not None:
+            raise _usage("give --log-dirs or --config/--data-dir, not both")
         configured = _split(log_dirs)
         if not configured:
             raise _usage("--log-dirs is empty")
+    else:
+        broker_config = tool_config(config, data_dir, None, override)
+        configured = list(broker_config.log_dirs)
+        listeners = list(broker_config["listeners"] or [])
+    if log_dir is None:
+        raise _usage(f"--dir is required: the log dir that was fixed or replaced (log.dirs: {','.join(configured)})")
     target = os.path.abspath(log_dir)
     matches = [
         d for d in configured if os.path.abspath(d) == target or os.path.realpath(d) == os.path.realpath(target)

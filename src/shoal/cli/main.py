@@ -12,6 +12,8 @@ from typing import Annotated
 import typer
 import uvloop
 
+from shoal.cli.console_consumer import consume
+from shoal.cli.console_producer import produce
 from shoal.cli.diskless_metadata import diskless_metadata_app
 from shoal.cli.dump_log import dump_log
 from shoal.cli.groups import groups_app
@@ -29,6 +31,8 @@ app.add_typer(topics_app, name="topics")
 app.command("dump-log")(dump_log)
 app.add_typer(diskless_metadata_app, name="diskless-metadata")
 app.add_typer(log_dirs_app, name="log-dirs")
+app.command("produce")(produce)
+app.command("consume")(consume)
 
 Overrides = Annotated[
     list[str] | None, typer.Option("--override", help="Set a config, key=value (repeatable), as kafka-server-start does.")

@@ -24,6 +24,7 @@ from typing import Annotated
 import typer
 
 from shoal.cli.kafka_client import DEFAULT_BOOTSTRAP, KafkaClient, KafkaClientError, TopicPartition
+from shoal.cli.options import BootstrapOpt, TimeoutOpt
 from shoal.cli.topic_admin import DISKLESS_CONFIG, Api, TopicAdmin, TopicCommandError, broker_failure
 from shoal.cli.topic_format import partition_line, topic_line
 from shoal.cli.topic_parsing import (
@@ -43,12 +44,6 @@ ERROR_PREFIX = "Error while executing topic command : "
 DEFAULT_TIMEOUT_MS = 30_000  # Kafka's admin request.timeout.ms
 _INT16_MAX = 2**15 - 1
 
-BootstrapOpt = Annotated[
-    str, typer.Option("--bootstrap-server", help="The broker(s) to connect to: HOST:PORT[,HOST:PORT].")
-]
-TimeoutOpt = Annotated[
-    int, typer.Option("--timeout", help="Milliseconds each broker operation may take, retries included.", min=1)
-]
 TopicRegexOpt = Annotated[
     str | None,
     typer.Option(

@@ -10,8 +10,11 @@ finds group coordinators with FindCoordinator, and retries what Kafka's admin cl
 
 Modules: ``errors`` (exceptions, Kafka's error names and messages), ``cluster`` (addresses and
 Metadata results), ``connection`` (one broker: framing and version negotiation), ``router``
-(which broker, retries, Metadata), ``group_apis`` and ``offset_apis`` (the per-API calls), and
-``client`` (KafkaClient, all of them together). Tools import from the package.
+(which broker, retries, Metadata), the per-API calls (``group_apis``, ``member_apis``,
+``offset_apis``, ``produce_apis``, ``fetch_apis``), ``client`` (KafkaClient, all of them
+together), and on top of it the console tools' ``producer`` (idempotent, Kafka's partitioner)
+and ``consumer`` (a classic group member with the range assignor, or fixed partitions).
+Tools import from the package.
 """
 
 from shoal.cli.kafka_client.client import KafkaClient

@@ -26,40 +26,61 @@ DEFAULT_CLIENT_ID = "shoal-admin"
 class Api:
     """API keys this client sends (Kafka's numbering)."""
 
+    PRODUCE = 0
+    FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
     OFFSET_COMMIT = 8
     OFFSET_FETCH = 9
     FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
     API_VERSIONS = 18
+    INIT_PRODUCER_ID = 22
     DELETE_GROUPS = 42
 
 
 API_NAMES = {
+    Api.PRODUCE: "Produce",
+    Api.FETCH: "Fetch",
     Api.LIST_OFFSETS: "ListOffsets",
     Api.METADATA: "Metadata",
     Api.OFFSET_COMMIT: "OffsetCommit",
     Api.OFFSET_FETCH: "OffsetFetch",
     Api.FIND_COORDINATOR: "FindCoordinator",
+    Api.JOIN_GROUP: "JoinGroup",
+    Api.HEARTBEAT: "Heartbeat",
+    Api.LEAVE_GROUP: "LeaveGroup",
+    Api.SYNC_GROUP: "SyncGroup",
     Api.DESCRIBE_GROUPS: "DescribeGroups",
     Api.LIST_GROUPS: "ListGroups",
     Api.API_VERSIONS: "ApiVersions",
+    Api.INIT_PRODUCER_ID: "InitProducerId",
     Api.DELETE_GROUPS: "DeleteGroups",
 }
 
 # The versions this client knows how to build and read. Upper bounds stop before versions that
-# address topics by id only (OffsetCommit/OffsetFetch v10) or that kio lacks.
+# address topics by id only (Produce v13, Fetch v13, OffsetCommit/OffsetFetch v10) or that kio lacks.
 CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
+    Api.PRODUCE: (3, 11),
+    Api.FETCH: (4, 12),
     Api.LIST_OFFSETS: (1, 10),
     Api.METADATA: (1, 12),
     Api.OFFSET_COMMIT: (2, 9),
     Api.OFFSET_FETCH: (2, 9),
     Api.FIND_COORDINATOR: (0, 6),
+    Api.JOIN_GROUP: (2, 9),
+    Api.HEARTBEAT: (0, 4),
+    Api.LEAVE_GROUP: (0, 5),
+    Api.SYNC_GROUP: (0, 5),
     Api.DESCRIBE_GROUPS: (0, 6),
     Api.LIST_GROUPS: (0, 5),
     Api.API_VERSIONS: (0, 3),
+    Api.INIT_PRODUCER_ID: (0, 5),
     Api.DELETE_GROUPS: (0, 2),
 }
 
@@ -132,20 +153,44 @@ class BrokerConnection:
             )
         return best
 
-    def request(self, api_key: int, version: int, request_obj: Any) -> Any:
-        """Send one kio request object and return the decoded kio response object."""
+    def request(self, api_key: int, version: int, request_obj: Any, *, timeout: float | None = None) -> Any:
+        """Send one kio request object and return the decoded kio response object.
+
+        ``timeout`` replaces the connection's socket timeout for this request: a JoinGroup may be
+        parked at the coordinator for as long as the group's rebalance takes.
+        """
         cls = type(request_obj)
         if int(cls.__api_key__) != api_key or int(cls.__version__) != version:
             raise ValueError(
                 f"{cls.__name__} is API {cls.__api_key__} v{cls.__version__}, not API {api_key} v{version}"
             )
-        frame = self._round_trip(request_obj)
+        if timeout is None or self._sock is None:
+            frame = self._round_trip(request_obj)
+        else:
+            previous = self._sock.gettimeout()
+            self._sock.settimeout(timeout)
+            try:
+                frame = self._round_trip(request_obj)
+            finally:
+                if self._sock is not None:
+                    self._sock.settimeout(previous)
         try:
             return decode_response(api_key, version, frame)
         except Exception as exc:  # kio raises assorted errors on bytes it cannot parse
             raise KafkaClientError(
                 f"Malformed {API_NAMES.get(api_key, api_key)} v{version} response from {self.address}: {exc}"
             ) from None
+
+    def send_only(self, api_key: int, version: int, request_obj: Any) -> None:
+        """Send a request the broker does not answer (Produce with acks=0)."""
+        if self._sock is None:
+            raise BrokerConnectionError(f"Connection to {self.address} is closed")
+        self._correlation += 1
+        try:
+            self._sock.sendall(encode_request(self._correlation, self.client_id, request_obj))
+        except OSError as exc:
+            self.close()
+            raise BrokerConnectionError(f"Connection to {self.address} failed: {exc}") from None
 
     def _round_trip(self, request_obj: Any) -> bytes:
         if self._sock is None:

@@ -27,7 +27,7 @@ _COORDINATOR_MOVED = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator
 _COORDINATOR_BUSY = frozenset({ErrorCode.coordinator_load_in_progress, ErrorCode.unstable_offset_commit})
 
 
-def _check_coordinator_error(code: ErrorCode, message: str | None = None) -> None:
+def check_coordinator_error(code: ErrorCode, message: str | None = None) -> None:
     if code in _COORDINATOR_MOVED or code in _COORDINATOR_BUSY:
         raise RetriableAnswer(code, message)
 
@@ -147,7 +147,7 @@ class GroupApis(BrokerRouter):
                 raise KafkaClientError(f"DescribeGroups from {conn.address} did not answer for group '{group_id}'")
             g = matches[0]
             message = getattr(g, "error_message", None)
-            _check_coordinator_error(g.error_code, message)
+            check_coordinator_error(g.error_code, message)
             members = tuple(
                 MemberDescription(
                     member_id=m.member_id,
@@ -193,7 +193,7 @@ class GroupApis(BrokerRouter):
                 group_error, topics = matches[0].error_code, matches[0].topics
             else:
                 group_error, topics = getattr(response, "error_code", ErrorCode.none), response.topics
-            _check_coordinator_error(group_error)
+            check_coordinator_error(group_error)
             if group_error == ErrorCode.group_id_not_found:
                 return {}
             if group_error != ErrorCode.none:
@@ -201,7 +201,7 @@ class GroupApis(BrokerRouter):
             offsets: dict[TopicPartition, int] = {}
             for t in topics:
                 for p in t.partitions:
-                    _check_coordinator_error(p.error_code)
+                    check_coordinator_error(p.error_code)
                     if p.error_code == ErrorCode.unknown_topic_or_partition:
                         continue
                     if p.error_code != ErrorCode.none:
@@ -212,9 +212,13 @@ class GroupApis(BrokerRouter):
 
         return self._with_coordinator(group_id, what, call)
 
-    def commit_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> dict[TopicPartition, ErrorCode]:
-        """OffsetCommit as an admin does (generation -1, no member): the coordinator only accepts it
-        for a group without active members. Returns each partition's error code."""
+    def commit_offsets(
+        self, group_id: str, offsets: Mapping[TopicPartition, int], *, generation: int = -1, member_id: str = ""
+    ) -> dict[TopicPartition, ErrorCode]:
+        """OffsetCommit; returns each partition's error code.
+
+        Without a generation and member id it commits as an admin does, which the coordinator only
+        accepts for a group without active members; a group member passes its own."""
         by_topic: dict[str, list[tuple[int, int]]] = {}
         for tp, offset in sorted(offsets.items()):
             by_topic.setdefault(tp.topic, []).append((tp.partition, offset))
@@ -235,14 +239,14 @@ class GroupApis(BrokerRouter):
                 )
                 for topic, parts in by_topic.items()
             )
-            request = make(cls, group_id=group_id, generation_id_or_member_epoch=-1, member_id="",
+            request = make(cls, group_id=group_id, generation_id_or_member_epoch=generation, member_id=member_id,
                            group_instance_id=None, topics=topics)
             response = conn.request(Api.OFFSET_COMMIT, version, request)
             results = {
                 TopicPartition(t.name, int(p.partition_index)): p.error_code for t in response.topics for p in t.partitions
             }
             for code in results.values():
-                _check_coordinator_error(code)
+                check_coordinator_error(code)
             return results
 
         return self._with_coordinator(group_id, f"OffsetCommit for group '{group_id}'", call)
@@ -257,7 +261,7 @@ class GroupApis(BrokerRouter):
             matches = [r for r in response.results if r.group_id == group_id]
             if not matches:
                 raise KafkaClientError(f"DeleteGroups from {conn.address} did not answer for group '{group_id}'")
-            _check_coordinator_error(matches[0].error_code)
+            check_coordinator_error(matches[0].error_code)
             return ErrorCode(matches[0].error_code)
 
         self._coordinators.pop(group_id, None)  # a deleted group may come back elsewhere

@@ -128,11 +128,14 @@ class BrokerRouter:
                 self._backoff(deadline, what, exc)
 
     # -- metadata ----------------------------------------------------------------------------------
-    def metadata(self, topics: Sequence[str] | None) -> ClusterMetadata:
-        """Metadata for some topics (None: all topics, []: brokers only), never creating topics."""
-        return self._retrying("Metadata", lambda: self._metadata_once(topics))
+    def metadata(self, topics: Sequence[str] | None, *, auto_create: bool = False) -> ClusterMetadata:
+        """Metadata for some topics (None: all topics, []: brokers only).
 
-    def _metadata_once(self, topics: Sequence[str] | None) -> ClusterMetadata:
+        ``auto_create`` asks the broker to create missing topics, as a producer's Metadata does
+        (the broker decides, by ``auto.create.topics.enable``); admin tools never do."""
+        return self._retrying("Metadata", lambda: self._metadata_once(topics, auto_create))
+
+    def _metadata_once(self, topics: Sequence[str] | None, auto_create: bool = False) -> ClusterMetadata:
         conn = self.any_connection()
         version = conn.version(Api.METADATA)
         cls = request_class(Api.METADATA, version)
@@ -140,7 +143,7 @@ class BrokerRouter:
         request = make(
             cls,
             topics=None if topics is None else tuple(make(topic_cls, name=t, topic_id=None) for t in topics),
-            allow_auto_topic_creation=False,
+            allow_auto_topic_creation=auto_create,
             include_cluster_authorized_operations=False,
             include_topic_authorized_operations=False,
         )
