@@ -14,6 +14,7 @@ the tool ends with exit code 1 after sending the rest (Kafka's tool only logs th
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import signal
 import sys
@@ -118,10 +119,26 @@ class LineReader:
 
 
 def _read_lines(lines: queue.Queue[object]) -> None:
-    """Stdin reader thread: the main thread waits on the queue, so linger.ms can pass meanwhile."""
+    """Stdin reader thread: the main thread waits on the queue, so linger.ms can pass meanwhile.
+
+    It reads the file descriptor itself, not ``sys.stdin.buffer``: a daemon thread blocked inside
+    a buffered read holds the buffer's lock, and Python aborts when it exits meanwhile (the tool
+    exits early on a bad line or Ctrl-C while stdin is still open)."""
+
+    def put(raw: bytes) -> None:
+        lines.put(raw.decode("utf-8", errors="surrogateescape").removesuffix("\r"))
+
+    pending = b""
     try:
-        for raw in sys.stdin.buffer:
-            lines.put(raw.decode("utf-8", errors="surrogateescape").rstrip("\n").removesuffix("\r"))
+        while chunk := os.read(sys.stdin.fileno(), 1 << 16):
+            pending += chunk
+            *complete, pending = pending.split(b"\n")
+            for raw in complete:
+                put(raw)
+        if pending:
+            put(pending)
+    except OSError:
+        pass  # stdin closed under us: what was read is sent
     finally:
         lines.put(_EOF)
 
