@@ -89,6 +89,25 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             "Where the node keeps its cluster metadata (the SQLite metadata store: metadata log "
             "and Batch Coordinator tables). Defaults to the first of `log.dirs`.",
         ),
+        ConfigDef(
+            "metadata.store.url",
+            ConfigType.STRING,
+            None,
+            "The shared metadata store: the metadata log with the controller lease, broker "
+            "registrations, group state and offsets, producer-id blocks, and (unless "
+            "`diskless.coordinator.url` says otherwise) the Batch Coordinator. `sqlite:///<path>` "
+            "(several brokers on one host may share the file) or "
+            "`postgresql://user:password@host:port/database` (brokers on several hosts). Defaults to "
+            "`sqlite:///<metadata.log.dir>/shoal.db`.",
+        ),
+        ConfigDef(
+            "diskless.coordinator.url",
+            ConfigType.STRING,
+            None,
+            "Where the Batch Coordinator (KIP-1164) keeps diskless topics' batches, when not in the "
+            "metadata store: a `sqlite:///` or `postgresql://` URL as `metadata.store.url`. Defaults "
+            "to `metadata.store.url`.",
+        ),
         ConfigDef("broker.rack", ConfigType.STRING, None, "The rack (availability zone) of this broker."),
         ConfigDef(
             "num.partitions", ConfigType.INT, 1, "Default number of partitions of a new topic.", at_least(1)

@@ -1,4 +1,5 @@
-"""Object compaction in the SQLite Batch Coordinator: candidates, batches by object, replace_batches.
+"""Object compaction in the Batch Coordinator: candidates, batches by object, replace_batches, run
+unchanged on every backend (the ``store_url`` fixture: an SQLite file, then a PostgreSQL database).
 
 replace_batches must never bring back a batch deleted while the compactor worked, must mark
 emptied objects for deletion (not forget them: the cleaner deletes them after the grace
@@ -11,7 +12,10 @@ import sqlite3
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
 
+import psycopg
 import pytest
 
 from shoal.coordinator.api import (
@@ -28,11 +32,16 @@ from shoal.coordinator.api import (
 )
 from shoal.protocol.errors import ErrorCode
 from shoal.records.types import TimestampType
-from shoal.store.sqlite.coordinator import SqliteBatchCoordinator
+from shoal.store.factory import open_batch_coordinator_at
 
 TOPIC = uuid.UUID("11111111-2222-3333-4444-555555555555")
 OTHER = uuid.UUID("66666666-7777-8888-9999-000000000000")
 NOW = 1_700_000_000_000
+
+#: A BatchCoordinator that is also a CoordinatorInspector with get_log_info (every backend).
+Coordinator = Any
+#: What a backend raises for a known object key: its driver's integrity error.
+INTEGRITY_ERRORS = (sqlite3.IntegrityError, psycopg.IntegrityError)
 
 
 class FakeClock:
@@ -47,9 +56,7 @@ def tp(partition: int, topic: uuid.UUID = TOPIC) -> TopicIdPartition:
     return TopicIdPartition(topic, partition, "orders" if topic == TOPIC else "other")
 
 
-def commit(
-    coord: SqliteBatchCoordinator, key: str, *batches: tuple[TopicIdPartition, int], ts: int = NOW
-) -> None:
+def commit(coord: Coordinator, key: str, *batches: tuple[TopicIdPartition, int], ts: int = NOW) -> None:
     """Commit (partition, size) batches laid out after a 1-byte WAL header in object ``key``."""
     reqs, pos = [], 1
     for i, (tip, size) in enumerate(batches):
@@ -74,39 +81,71 @@ def moves_for(batches: list[BatchInfo], start: int = 1) -> tuple[list[BatchMove]
     return out, pos
 
 
-def all_batches(coord: SqliteBatchCoordinator, tip: TopicIdPartition) -> list[BatchInfo]:
+def all_batches(coord: Coordinator, tip: TopicIdPartition) -> list[BatchInfo]:
     log_start = coord.get_log_info(tip.topic_id, tip.partition)
     assert log_start is not None
     (resp,) = coord.find_batches([FindBatchRequest(tip, log_start[0], 10**9)], 10**9)
     return resp.batches
 
 
-def snapshot(db: Path) -> dict[str, list[tuple[object, ...]]]:
+def side_sql(url: str, sql: str) -> list[tuple[Any, ...]]:
+    """Run ``sql`` on the store through a separate connection (committed); its rows, if any."""
+    if url.startswith("sqlite:"):
+        conn = sqlite3.connect(Path(unquote(urlsplit(url).path)))
+        try:
+            rows = conn.execute(sql).fetchall()
+            conn.commit()
+            return rows
+        finally:
+            conn.close()
+    with psycopg.connect(url, autocommit=True) as pg:
+        cur = pg.execute(sql)  # type: ignore[arg-type] - test SQL
+        return cur.fetchall() if cur.description else []
+
+
+def snapshot(url: str) -> dict[str, list[tuple[object, ...]]]:
     """Every coordinator table, row by row, through a separate connection."""
-    conn = sqlite3.connect(db)
-    try:
-        tables = [
-            r[0]
-            for r in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'diskless_%'"
-            )
-        ]
-        return {t: sorted(conn.execute(f"SELECT * FROM {t}").fetchall()) for t in sorted(tables)}
-    finally:
-        conn.close()
+    list_tables = (
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'diskless_%'"
+        if url.startswith("sqlite:")
+        else "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() AND tablename LIKE 'diskless_%'"
+    )
+    tables = sorted(r[0] for r in side_sql(url, list_tables))
+    return {t: sorted(side_sql(url, f"SELECT * FROM {t}")) for t in tables}
 
 
-def files(db: Path) -> dict[str, tuple[int, int, str, int | None]]:
-    conn = sqlite3.connect(db)
-    try:
-        return {
-            r[0]: (r[1], r[2], r[3], r[4])
-            for r in conn.execute(
-                "SELECT object_key, size, used_size, state, marked_for_deletion_at FROM diskless_files"
-            )
-        }
-    finally:
-        conn.close()
+def files(url: str) -> dict[str, tuple[int, int, str, int | None]]:
+    return {
+        r[0]: (r[1], r[2], r[3], r[4])
+        for r in side_sql(
+            url, "SELECT object_key, size, used_size, state, marked_for_deletion_at FROM diskless_files"
+        )
+    }
+
+
+def fail_updates_of_used_size(url: str, object_key: str) -> None:
+    """Make every change of ``object_key``'s used size fail with 'injected failure' (a trigger)."""
+    if url.startswith("sqlite:"):
+        side_sql(
+            url,
+            "CREATE TRIGGER fail_midway BEFORE UPDATE OF used_size ON diskless_files "
+            f"WHEN OLD.object_key = '{object_key}' BEGIN SELECT RAISE(ABORT, 'injected failure'); END",
+        )
+        return
+    side_sql(
+        url,
+        "CREATE FUNCTION fail_midway() RETURNS trigger LANGUAGE plpgsql AS "
+        "$$ BEGIN RAISE EXCEPTION 'injected failure'; END $$",
+    )
+    side_sql(
+        url,
+        "CREATE TRIGGER fail_midway BEFORE UPDATE OF used_size ON diskless_files FOR EACH ROW "
+        f"WHEN (OLD.object_key = '{object_key}') EXECUTE FUNCTION fail_midway()",
+    )
+
+
+def stop_failing(url: str) -> None:
+    side_sql(url, "DROP TRIGGER fail_midway" + ("" if url.startswith("sqlite:") else " ON diskless_files"))
 
 
 @pytest.fixture
@@ -115,13 +154,14 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "shoal.db"
+def db(store_url: str) -> str:
+    """The store's URL, for the checks that read its tables directly (``snapshot``, ``files``)."""
+    return store_url
 
 
 @pytest.fixture
-def coord(db: Path, clock: FakeClock) -> Iterator[SqliteBatchCoordinator]:
-    c = SqliteBatchCoordinator(db, clock=clock)
+def coord(db: str, clock: FakeClock) -> Iterator[Coordinator]:
+    c = open_batch_coordinator_at(db, clock)
     c.create_topic_and_partitions(
         {
             CreateTopicAndPartitionsRequest(TOPIC, "orders", 2),
@@ -132,12 +172,12 @@ def coord(db: Path, clock: FakeClock) -> Iterator[SqliteBatchCoordinator]:
     c.close()
 
 
-def test_satisfies_protocol(coord: SqliteBatchCoordinator) -> None:
+def test_satisfies_protocol(coord: Coordinator) -> None:
     protocol: BatchCoordinator = coord
     assert protocol.replace_batches is not None
 
 
-def test_candidates_are_old_enough_small_or_sparse(coord: SqliteBatchCoordinator, clock: FakeClock) -> None:
+def test_candidates_are_old_enough_small_or_sparse(coord: Coordinator, clock: FakeClock) -> None:
     commit(coord, "small", (tp(0), 100))
     commit(coord, "big", (tp(0), 5000))
     commit(coord, "sparse", (tp(0), 3000), (tp(1), 3000))
@@ -156,7 +196,7 @@ def test_candidates_are_old_enough_small_or_sparse(coord: SqliteBatchCoordinator
     assert coord.list_compaction_candidates(0, 10, 10)[0].object_key == "sparse"  # sparse whatever its size
 
 
-def test_object_batches_in_byte_order_from_one_scan(coord: SqliteBatchCoordinator) -> None:
+def test_object_batches_in_byte_order_from_one_scan(coord: Coordinator) -> None:
     commit(coord, "a", (tp(1), 10), (tp(0), 20), (tp(0, OTHER), 30))
     commit(coord, "b", (tp(0), 40))
     got = coord.list_object_batches(["a", "b", "nope"])
@@ -174,7 +214,7 @@ def test_object_batches_in_byte_order_from_one_scan(coord: SqliteBatchCoordinato
 
 
 def test_replace_moves_batches_and_marks_emptied_objects(
-    coord: SqliteBatchCoordinator, clock: FakeClock, db: Path
+    coord: Coordinator, clock: FakeClock, db: str
 ) -> None:
     commit(coord, "a", (tp(0), 100), (tp(1), 50))
     commit(coord, "b", (tp(0), 70), (tp(0, OTHER), 30))
@@ -226,9 +266,7 @@ def test_replace_moves_batches_and_marks_emptied_objects(
     assert files(db)["new"][1:3] == (0, "deleting")
 
 
-def test_batches_deleted_meanwhile_are_skipped_never_resurrected(
-    coord: SqliteBatchCoordinator, db: Path
-) -> None:
+def test_batches_deleted_meanwhile_are_skipped_never_resurrected(coord: Coordinator, db: str) -> None:
     commit(coord, "a", (tp(0), 100), (tp(1), 50), (tp(0, OTHER), 10))
     commit(coord, "b", (tp(0), 70), (tp(1), 30))
     planned = [b for key in ("a", "b") for b in coord.list_object_batches(["a", "b"])[key]]
@@ -257,7 +295,7 @@ def test_batches_deleted_meanwhile_are_skipped_never_resurrected(
     assert result.emptied_object_keys == ("b",)  # a was already emptied by the deletions, not by us
 
 
-def test_second_compactor_with_the_same_plan_moves_nothing(coord: SqliteBatchCoordinator, db: Path) -> None:
+def test_second_compactor_with_the_same_plan_moves_nothing(coord: Coordinator, db: str) -> None:
     commit(coord, "a", (tp(0), 100), (tp(1), 50))
     planned = coord.list_object_batches(["a"])["a"]
     moves, size = moves_for(planned)
@@ -271,9 +309,7 @@ def test_second_compactor_with_the_same_plan_moves_nothing(coord: SqliteBatchCoo
     assert {b.object_key for b in all_batches(coord, tp(0)) + all_batches(coord, tp(1))} == {"new-1"}
 
 
-def test_moves_that_do_not_match_the_current_coordinates_are_skipped(
-    coord: SqliteBatchCoordinator, db: Path
-) -> None:
+def test_moves_that_do_not_match_the_current_coordinates_are_skipped(coord: Coordinator, db: str) -> None:
     commit(coord, "a", (tp(0), 100), (tp(1), 50))
     b0, b1 = coord.list_object_batches(["a"])["a"]
     (m0, m1), size = moves_for([b0, b1])
@@ -286,32 +322,25 @@ def test_moves_that_do_not_match_the_current_coordinates_are_skipped(
     assert all_batches(coord, tp(0))[0].object_key == "a"
 
 
-def test_replace_is_atomic_when_it_fails_midway(coord: SqliteBatchCoordinator, db: Path) -> None:
+def test_replace_is_atomic_when_it_fails_midway(coord: Coordinator, db: str) -> None:
     commit(coord, "a", (tp(0), 100), (tp(1), 50))
     commit(coord, "b", (tp(0), 70))
     planned = [b for key in ("a", "b") for b in coord.list_object_batches(["a", "b"])[key]]
     moves, size = moves_for(planned)
     before = snapshot(db)
     # Fail inside the transaction after the batches were repointed: when old object "b" is shrunk.
-    side = sqlite3.connect(db)
-    side.execute(
-        "CREATE TRIGGER fail_midway BEFORE UPDATE OF used_size ON diskless_files "
-        "WHEN OLD.object_key = 'b' BEGIN SELECT RAISE(ABORT, 'injected failure'); END"
-    )
-    side.commit()
-    with pytest.raises(sqlite3.IntegrityError, match="injected failure"):
+    fail_updates_of_used_size(db, "b")
+    with pytest.raises(Exception, match="injected failure"):
         coord.replace_batches("new", size, moves, -1)
     assert snapshot(db) == before
     assert coord.is_safe_to_delete_file("new")  # unknown: an orphan for the cleaner
     assert {b.object_key for b in all_batches(coord, tp(0)) + all_batches(coord, tp(1))} == {"a", "b"}
 
-    side.execute("DROP TRIGGER fail_midway")
-    side.commit()
-    side.close()
+    stop_failing(db)
     assert coord.replace_batches("new", size, moves, -1).moved == 3  # the coordinator still works
 
 
-def test_invalid_moves_and_a_known_key_change_nothing(coord: SqliteBatchCoordinator, db: Path) -> None:
+def test_invalid_moves_and_a_known_key_change_nothing(coord: Coordinator, db: str) -> None:
     commit(coord, "a", (tp(0), 100), (tp(1), 50))
     (m0, m1), size = moves_for(coord.list_object_batches(["a"])["a"])
     before = snapshot(db)
@@ -323,6 +352,6 @@ def test_invalid_moves_and_a_known_key_change_nothing(coord: SqliteBatchCoordina
         coord.replace_batches("new", size - 1, [m0, m1], -1)
     with pytest.raises(ValueError, match="more than once"):
         coord.replace_batches("new", size, [m0, m0], -1)
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(INTEGRITY_ERRORS):
         coord.replace_batches("a", size, [m0, m1], -1)  # an object key is never reused
     assert snapshot(db) == before

@@ -1,11 +1,12 @@
-"""Retention in the SQLite Batch Coordinator (Kafka's time and size rules over whole batches)
-and the inspection views for tools."""
+"""Retention in the Batch Coordinator (Kafka's time and size rules over whole batches) and the
+inspection views for tools, run unchanged on every backend (the ``store_url`` fixture: an SQLite
+file, then a PostgreSQL database)."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,12 +23,15 @@ from shoal.coordinator.api import (
 )
 from shoal.protocol.errors import ErrorCode
 from shoal.records.types import TimestampType
-from shoal.store.sqlite.coordinator import SqliteBatchCoordinator
+from shoal.store.factory import open_batch_coordinator_at
 
 TOPIC = uuid.UUID("11111111-2222-3333-4444-555555555555")
 OTHER = uuid.UUID("66666666-7777-8888-9999-000000000000")
 NOW = 1_700_000_000_000
 HOUR = 3_600_000
+
+#: A BatchCoordinator that is also a CoordinatorInspector with get_log_info (every backend).
+Coordinator = Any
 
 
 class FakeClock:
@@ -54,7 +58,7 @@ def batch(
     return CommitBatchRequest(0, tp(partition, topic), 0, size, 0, records - 1, ts, ts_type)
 
 
-def commit(coord: SqliteBatchCoordinator, key: str, *batches: CommitBatchRequest) -> None:
+def commit(coord: Coordinator, key: str, *batches: CommitBatchRequest) -> None:
     """Commit batches laid out back to back in one object."""
     laid_out, pos = [], 0
     for i, b in enumerate(batches):
@@ -66,12 +70,12 @@ def commit(coord: SqliteBatchCoordinator, key: str, *batches: CommitBatchRequest
 
 
 def enforce(
-    coord: SqliteBatchCoordinator, retention_bytes: int = -1, retention_ms: int = -1, partition: int = 0
+    coord: Coordinator, retention_bytes: int = -1, retention_ms: int = -1, partition: int = 0
 ) -> EnforceRetentionResponse:
     return coord.enforce_retention([EnforceRetentionRequest(tp(partition), retention_bytes, retention_ms)])[0]
 
 
-def live_offsets(coord: SqliteBatchCoordinator, partition: int = 0) -> list[int]:
+def live_offsets(coord: Coordinator, partition: int = 0) -> list[int]:
     start = coord.get_log_info(TOPIC, partition)[0]  # type: ignore[index]
     found = coord.find_batches([FindBatchRequest(tp(partition), start, 10**9)], 10**9)[0]
     return [b.metadata.base_offset for b in found.batches]
@@ -83,8 +87,8 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def coord(tmp_path: Path, clock: FakeClock) -> Iterator[SqliteBatchCoordinator]:
-    c = SqliteBatchCoordinator(tmp_path / "shoal.db", clock=clock)
+def coord(store_url: str, clock: FakeClock) -> Iterator[Coordinator]:
+    c = open_batch_coordinator_at(store_url, clock)
     c.create_topic_and_partitions(
         {CreateTopicAndPartitionsRequest(TOPIC, "orders", 2), CreateTopicAndPartitionsRequest(OTHER, "other", 1)}
     )
@@ -92,13 +96,13 @@ def coord(tmp_path: Path, clock: FakeClock) -> Iterator[SqliteBatchCoordinator]:
     c.close()
 
 
-def test_unlimited_retention_deletes_nothing(coord: SqliteBatchCoordinator) -> None:
+def test_unlimited_retention_deletes_nothing(coord: Coordinator) -> None:
     commit(coord, "a", batch(ts=0), batch(ts=0))
     assert enforce(coord) == EnforceRetentionResponse(ErrorCode.none, 0, 0, 0)
     assert live_offsets(coord) == [0, 2]
 
 
-def test_time_retention_stops_at_the_first_young_batch(coord: SqliteBatchCoordinator) -> None:
+def test_time_retention_stops_at_the_first_young_batch(coord: Coordinator) -> None:
     # Offsets 0, 2, 4, 6: two expired batches, a young one, then an expired one behind it.
     commit(coord, "a", batch(ts=NOW - 3 * HOUR), batch(ts=NOW - 2 * HOUR), batch(ts=NOW), batch(ts=NOW - 5 * HOUR))
     assert enforce(coord, retention_ms=HOUR) == EnforceRetentionResponse(ErrorCode.none, 2, 200, 4)
@@ -108,21 +112,21 @@ def test_time_retention_stops_at_the_first_young_batch(coord: SqliteBatchCoordin
     assert enforce(coord, retention_ms=0).batches_deleted == 0
 
 
-def test_log_append_time_batches_age_by_append_time(coord: SqliteBatchCoordinator, clock: FakeClock) -> None:
+def test_log_append_time_batches_age_by_append_time(coord: Coordinator, clock: FakeClock) -> None:
     commit(coord, "a", batch(ts=0, ts_type=TimestampType.LOG_APPEND_TIME))
     assert enforce(coord, retention_ms=HOUR).batches_deleted == 0
     clock.now += HOUR + 1
     assert enforce(coord, retention_ms=HOUR) == EnforceRetentionResponse(ErrorCode.none, 1, 100, 2)
 
 
-def test_batch_without_timestamp_ages_by_append_time(coord: SqliteBatchCoordinator, clock: FakeClock) -> None:
+def test_batch_without_timestamp_ages_by_append_time(coord: Coordinator, clock: FakeClock) -> None:
     commit(coord, "a", batch(ts=-1))
     assert enforce(coord, retention_ms=HOUR).batches_deleted == 0
     clock.now += HOUR + 1
     assert enforce(coord, retention_ms=HOUR).batches_deleted == 1
 
 
-def test_size_retention_keeps_at_least_retention_bytes(coord: SqliteBatchCoordinator) -> None:
+def test_size_retention_keeps_at_least_retention_bytes(coord: Coordinator) -> None:
     commit(coord, "a", *(batch() for _ in range(5)))
     # 500 bytes, limit 250: deleting a batch is allowed while 250 or more remain after it.
     assert enforce(coord, retention_bytes=250) == EnforceRetentionResponse(ErrorCode.none, 2, 200, 4)
@@ -131,7 +135,7 @@ def test_size_retention_keeps_at_least_retention_bytes(coord: SqliteBatchCoordin
     assert enforce(coord, retention_bytes=0) == EnforceRetentionResponse(ErrorCode.none, 3, 300, 10)
 
 
-def test_size_rule_continues_where_time_rule_stops(coord: SqliteBatchCoordinator) -> None:
+def test_size_rule_continues_where_time_rule_stops(coord: Coordinator) -> None:
     commit(coord, "a", batch(ts=NOW - 2 * HOUR), batch(ts=NOW), batch(ts=NOW - 2 * HOUR), batch(ts=NOW))
     # Time takes offset 0 and stops at the young batch; size then takes offset 2 (200 stay >= 200)
     # and stops at offset 4, although that batch is old: Kafka does not go back to the time rule.
@@ -142,7 +146,7 @@ def test_size_rule_continues_where_time_rule_stops(coord: SqliteBatchCoordinator
     assert enforce(coord, retention_bytes=200, retention_ms=HOUR).log_start_offset == 6
 
 
-def test_everything_expired_moves_start_to_high_watermark(coord: SqliteBatchCoordinator) -> None:
+def test_everything_expired_moves_start_to_high_watermark(coord: Coordinator) -> None:
     commit(coord, "a", batch(ts=0), batch(ts=0))
     assert enforce(coord, retention_ms=HOUR) == EnforceRetentionResponse(ErrorCode.none, 2, 200, 4)
     assert coord.get_log_info(TOPIC, 0) == (4, 4, 0)
@@ -152,7 +156,7 @@ def test_everything_expired_moves_start_to_high_watermark(coord: SqliteBatchCoor
     assert live_offsets(coord) == [4]
 
 
-def test_start_never_moves_back_behind_delete_records(coord: SqliteBatchCoordinator) -> None:
+def test_start_never_moves_back_behind_delete_records(coord: Coordinator) -> None:
     commit(coord, "a", batch(records=10, ts=0), batch(records=10, ts=0), batch(records=10))
     # DeleteRecords to offset 15 drops the first batch and leaves the start inside the second.
     assert coord.delete_records([DeleteRecordsRequest(tp(), 15)])[0].low_watermark == 15
@@ -163,7 +167,7 @@ def test_start_never_moves_back_behind_delete_records(coord: SqliteBatchCoordina
     assert enforce(coord, retention_ms=HOUR) == EnforceRetentionResponse(ErrorCode.none, 0, 0, 25)
 
 
-def test_objects_shrink_and_empty_ones_are_marked_for_deletion(coord: SqliteBatchCoordinator) -> None:
+def test_objects_shrink_and_empty_ones_are_marked_for_deletion(coord: Coordinator) -> None:
     commit(coord, "shared", batch(0, ts=0), batch(1, ts=0))
     commit(coord, "only-p0", batch(0, ts=0))
     commit(coord, "young", batch(0))
@@ -178,7 +182,24 @@ def test_objects_shrink_and_empty_ones_are_marked_for_deletion(coord: SqliteBatc
     assert not coord.is_safe_to_delete_file("shared")  # committed objects never go to the orphan GC
 
 
-def test_one_call_answers_each_partition_in_order(coord: SqliteBatchCoordinator) -> None:
+def test_long_runs_of_batches(coord: Coordinator) -> None:
+    # More batches than a backend may read in one go: the rules hold across its reads.
+    for key in ("a", "b", "c"):
+        commit(coord, key, *(batch(size=10, ts=0) for _ in range(300)))  # offsets 0-1799
+    commit(coord, "young", batch(size=10), batch(size=10, ts=0))  # offsets 1800-1803: 9020 bytes in all
+    assert enforce(coord, retention_bytes=3000) == EnforceRetentionResponse(ErrorCode.none, 602, 6020, 1204)
+    assert enforce(coord, retention_ms=HOUR) == EnforceRetentionResponse(ErrorCode.none, 298, 2980, 1800)
+    assert live_offsets(coord) == [1800, 1802]
+    assert [f.object_key for f in coord.get_files_to_delete()] == ["a", "b", "c"]
+    # Two requests for one partition in one call: the second sees what the first deleted.
+    responses = coord.enforce_retention([EnforceRetentionRequest(tp(), 10, -1), EnforceRetentionRequest(tp(), 0, -1)])
+    assert responses == [
+        EnforceRetentionResponse(ErrorCode.none, 1, 10, 1802),
+        EnforceRetentionResponse(ErrorCode.none, 1, 10, 1804),
+    ]
+
+
+def test_one_call_answers_each_partition_in_order(coord: Coordinator) -> None:
     commit(coord, "a", batch(0, ts=0), batch(1))
     responses = coord.enforce_retention(
         [
@@ -194,7 +215,7 @@ def test_one_call_answers_each_partition_in_order(coord: SqliteBatchCoordinator)
     ]
 
 
-def test_describe_topic_counts_live_and_deleted_objects(coord: SqliteBatchCoordinator) -> None:
+def test_describe_topic_counts_live_and_deleted_objects(coord: Coordinator) -> None:
     commit(coord, "mixed", batch(0, ts=0), batch(0, topic=OTHER))  # 200 bytes, shared with another topic
     commit(coord, "old", batch(1, ts=0, size=50))  # 50 bytes, only ours
     commit(coord, "new", batch(1, size=70))
@@ -225,7 +246,7 @@ def test_describe_topic_counts_live_and_deleted_objects(coord: SqliteBatchCoordi
     assert coord.describe_topic(uuid.uuid4()) is None
 
 
-def test_describe_object(coord: SqliteBatchCoordinator, clock: FakeClock) -> None:
+def test_describe_object(coord: Coordinator, clock: FakeClock) -> None:
     commit(coord, "obj", batch(0, size=30), batch(1, size=40, ts_type=TimestampType.LOG_APPEND_TIME))
     described = coord.describe_object("obj")
     assert described is not None

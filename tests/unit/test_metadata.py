@@ -1,12 +1,13 @@
-"""Metadata records, the SQLite metadata log and lease, the image, the cache and the controller.
+"""Metadata records, the image and the controller's logic.
 
-Everything runs against real SQLite files in tmp_path.
+The controller runs on a real SQLite file in tmp_path. The metadata store's contract (log, lease,
+cluster id, the cache tailing it, fencing across reopen) is in test_metadata_store_conformance.py,
+run on every backend.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,13 +18,11 @@ import pytest
 from shoal.config import Config
 from shoal.metadata.cache import MetadataCache
 from shoal.metadata.controller import (
-    PRODUCER_ID_BLOCK_SIZE,
     Controller,
     NewTopic,
     validate_topic_name,
 )
 from shoal.metadata.image import MetadataImage
-from shoal.metadata.log import FencedControllerError
 from shoal.metadata.records import (
     ConfigRecord,
     PartitionRecord,
@@ -107,79 +106,8 @@ def test_decode_fills_defaults_for_fields_missing_from_old_payloads() -> None:
     assert isinstance(record.replicas, tuple)
 
 
-# --------------------------------------------------------------------------- log
-
-
-def test_append_and_read_in_order(store: SqliteMetadataStore) -> None:
-    epoch = store.acquire_lease(1, 30_000)
-    assert store.read(0) == []
-    assert store.append(ALL_RECORDS[:3], epoch) == 2
-    assert store.append(ALL_RECORDS[3:], epoch) == len(ALL_RECORDS) - 1
-    assert store.read(0) == list(enumerate(ALL_RECORDS))
-    assert store.read(4) == list(enumerate(ALL_RECORDS))[4:]
-    assert store.read(0, limit=2) == list(enumerate(ALL_RECORDS))[:2]
-    assert store.read(len(ALL_RECORDS)) == []
-
-
-def test_lease_is_exclusive_and_reacquiring_bumps_the_epoch(store: SqliteMetadataStore) -> None:
-    assert store.acquire_lease(1, 30_000) == 1
-    assert store.acquire_lease(2, 30_000) is None  # node 1's lease is still valid
-    assert store.acquire_lease(1, 30_000) == 2  # a restart of node 1 fences its old epoch
-    assert store.renew_lease(1, 2, 30_000)
-    assert not store.renew_lease(1, 1, 30_000)
-    assert not store.renew_lease(2, 2, 30_000)
-
-
-def test_expired_lease_can_be_taken_over(store: SqliteMetadataStore) -> None:
-    assert store.acquire_lease(1, -1_000) == 1  # already expired
-    assert store.acquire_lease(2, 30_000) == 2
-    assert not store.renew_lease(1, 1, 30_000)
-    assert store.acquire_lease(1, 30_000) is None
-
-
-def test_append_under_stale_epoch_is_fenced_and_writes_nothing(store: SqliteMetadataStore) -> None:
-    with pytest.raises(FencedControllerError):
-        store.append([ProducerIdsRecord(1, 1000)], 1)  # no lease at all yet
-    old = store.acquire_lease(1, 30_000)
-    store.append([ProducerIdsRecord(1, 1000)], old)
-    new = store.acquire_lease(1, 30_000)
-    assert new == old + 1
-    with pytest.raises(FencedControllerError, match="fenced"):
-        store.append([ProducerIdsRecord(1, 2000), ProducerIdsRecord(1, 3000)], old)
-    assert store.read(0) == [(0, ProducerIdsRecord(1, 1000))]
-    assert store.append([ProducerIdsRecord(1, 2000)], new) == 1
-
-
-def test_cluster_id_is_created_once_and_survives_reopen(db: Path) -> None:
-    first = SqliteMetadataStore(db)
-    cluster_id = first.cluster_id()
-    assert re.fullmatch(r"[A-Za-z0-9_-]{22}", cluster_id)
-    assert first.cluster_id() == cluster_id
-    first.close()
-    second = SqliteMetadataStore(db)
-    try:
-        assert second.cluster_id() == cluster_id
-    finally:
-        second.close()
-    other = SqliteMetadataStore(db.parent / "other.db")
-    try:
-        assert other.cluster_id() != cluster_id
-    finally:
-        other.close()
-
-
-def test_log_and_lease_survive_reopen(db: Path) -> None:
-    first = SqliteMetadataStore(db)
-    epoch = first.acquire_lease(1, 30_000)
-    first.append([TopicRecord("t", TOPIC_ID)], epoch)
-    first.close()
-    second = SqliteMetadataStore(db)
-    try:
-        assert second.read(0) == [(0, TopicRecord("t", TOPIC_ID))]
-        assert second.acquire_lease(2, 30_000) is None
-        assert second.acquire_lease(1, 30_000) == epoch + 1
-    finally:
-        second.close()
+# The metadata store's contract (log, lease, cluster id) runs on every backend in
+# test_metadata_store_conformance.py.
 
 
 # --------------------------------------------------------------------------- image
@@ -291,37 +219,6 @@ def test_image_brokers_broker_configs_and_producer_ids() -> None:
     assert dict(image.broker_configs["1"]) == {}
     assert image.next_producer_id == 3000
     assert image.apply([]).offset == 7
-
-
-# --------------------------------------------------------------------------- cache
-
-
-def test_cache_catch_up_follows_the_log(store: SqliteMetadataStore, db: Path) -> None:
-    cache = MetadataCache(store)
-    assert cache.catch_up().offset == -1
-    epoch = store.acquire_lease(1, 30_000)
-    store.append([TopicRecord("a", TOPIC_ID), PartitionRecord(TOPIC_ID, 0, (1,), (1,), 1)], epoch)
-    image = cache.catch_up()
-    assert image is cache.image and image.offset == 1 and list(image.topic("a").partitions) == [0]
-    assert cache.catch_up() is image  # nothing new: same image
-
-    # Another process tailing the same database file sees the same records.
-    other_store = SqliteMetadataStore(db)
-    try:
-        other = MetadataCache(other_store)
-        store.append([RemoveTopicRecord(TOPIC_ID)], epoch)
-        assert other.catch_up().topic("a") is None
-        assert other.image.offset == cache.catch_up().offset == 2
-    finally:
-        other_store.close()
-
-
-def test_cache_catch_up_reads_past_one_page(store: SqliteMetadataStore) -> None:
-    epoch = store.acquire_lease(1, 30_000)
-    store.append([ProducerIdsRecord(1, i) for i in range(1, 10_006)], epoch)  # read() pages by 10000
-    image = MetadataCache(store).catch_up()
-    assert image.offset == 10_004
-    assert image.next_producer_id == 10_005
 
 
 # --------------------------------------------------------------------------- controller
@@ -515,26 +412,3 @@ def test_second_node_cannot_become_controller_while_lease_is_held(store: SqliteM
     make_controller(store)
     with pytest.raises(RuntimeError, match="lease"):
         Controller(store, Config.from_raw({"node.id": "2"}), MetadataCache(store).catch_up)
-
-
-def test_producer_id_blocks_are_disjoint_across_calls_and_reopen(db: Path) -> None:
-    first_store = SqliteMetadataStore(db)
-    first, _ = make_controller(first_store)
-    blocks = [first.allocate_producer_ids() for _ in range(3)]
-    assert blocks == [(i * PRODUCER_ID_BLOCK_SIZE, PRODUCER_ID_BLOCK_SIZE) for i in range(3)]
-
-    # The broker restarts: a new store on the same file and a new controller (new epoch).
-    second_store = SqliteMetadataStore(db)
-    try:
-        second, _ = make_controller(second_store)
-        assert second.epoch == first.epoch + 1
-        blocks.append(second.allocate_producer_ids())
-        # The old controller instance is fenced: it can no longer hand out (overlapping) blocks.
-        with pytest.raises(FencedControllerError):
-            first.allocate_producer_ids()
-        blocks.append(second.allocate_producer_ids())
-    finally:
-        first_store.close()
-        second_store.close()
-    ids = [set(range(start, start + size)) for start, size in blocks]
-    assert sum(len(s) for s in ids) == len(set().union(*ids)) == 5 * PRODUCER_ID_BLOCK_SIZE

@@ -3,21 +3,26 @@
 Given a broker ``Config`` it returns the metadata store (the cluster metadata log, whose
 ProducerIdsRecords are also the producer-id blocks, as in KRaft), the Batch Coordinator and the
 group and offset store. The broker, every tool and the Spark pipeline open storage only here,
-so none of them names a backend: today the embedded SQLite database in
-``<metadata.log.dir>/shoal.db``; PostgreSQL joins here with the cluster.
+so none of them names a backend. A store is named by a URL: ``sqlite:///<path>`` (the embedded
+default, ``<metadata.log.dir>/shoal.db``) or ``postgresql://user:password@host:port/db``;
+``metadata.store.url`` names the metadata store and ``diskless.coordinator.url`` (default: the
+same) the Batch Coordinator's.
 """
 
 from __future__ import annotations
 
 import contextlib
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from shoal.config import Config
 from shoal.coordinator.api import BatchCoordinator
 from shoal.metadata.log import MetadataStore
 from shoal.store.groups import GroupStore
+from shoal.store.postgres.connection import is_postgres_url, redact
 from shoal.store.sqlite.coordinator import SqliteBatchCoordinator
 from shoal.store.sqlite.groups import SqliteGroupStore
 from shoal.store.sqlite.metadata_log import SqliteMetadataStore
@@ -47,13 +52,39 @@ class Stores:
                 store.close()
 
 
+def metadata_store_url(config: Config) -> str:
+    """``metadata.store.url``, defaulting to the SQLite file in ``metadata.log.dir``."""
+    return config["metadata.store.url"] or f"sqlite:///{_sqlite_path(config).resolve()}"
+
+
+def coordinator_url(config: Config) -> str:
+    """``diskless.coordinator.url``, defaulting to the metadata store."""
+    return config["diskless.coordinator.url"] or metadata_store_url(config)
+
+
 def store_location(config: Config) -> str:
-    """Where the stores of this configuration live, for messages and logs."""
-    return str(_sqlite_path(config))
+    """Where the stores of this configuration live, for messages and logs (no password)."""
+    metadata, coordinator = metadata_store_url(config), coordinator_url(config)
+    where = _describe(metadata)
+    return where if coordinator == metadata else f"{where} (Batch Coordinator: {_describe(coordinator)})"
+
+
+def _describe(url: str) -> str:
+    return redact(url) if is_postgres_url(url) else str(_sqlite_file(url))
 
 
 def _sqlite_path(config: Config) -> Path:
     return config.metadata_dir / SQLITE_FILE
+
+
+def _sqlite_file(url: str) -> Path:
+    """The file of a ``sqlite:///path`` URL (a bare path is taken as a file too)."""
+    parts = urlsplit(url)
+    if parts.scheme == "sqlite":
+        return Path(unquote(parts.path))
+    if parts.scheme == "":
+        return Path(url)
+    raise ValueError(f"Unsupported store URL {redact(url)}: use sqlite:///<path> or postgresql://...")
 
 
 def object_storage_url(config: Config) -> str:
@@ -64,26 +95,76 @@ def object_storage_url(config: Config) -> str:
 def check_exists(config: Config, components: tuple[str, ...] = (_METADATA, _COORDINATOR)) -> None:
     """Refuse a store that a broker has not created (or that lacks the tables of ``components``),
     before anything could create tables in it."""
-    db = _sqlite_path(config)
-    if not db.is_file():
-        raise StoreNotFoundError(f"No metadata store at {db}: is {db.parent} the broker's metadata.log.dir?")
-    try:
-        conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+    urls = {metadata_store_url(config): [c for c in components if c != _COORDINATOR]}
+    if _COORDINATOR in components:
+        urls.setdefault(coordinator_url(config), []).append(_COORDINATOR)
+    for url, wanted in urls.items():
+        if wanted:
+            _check_components(url, tuple(wanted))
+
+
+def _check_components(url: str, components: tuple[str, ...]) -> None:
+    if is_postgres_url(url):
+        from shoal.store.postgres.inspect import schema_components
+
         try:
-            found = {row[0] for row in conn.execute("SELECT component FROM schema_versions")}
-        finally:
-            conn.close()
-    except sqlite3.Error as exc:
-        raise StoreNotFoundError(f"{db} is not a Shoal metadata store: {exc}") from None
+            found = schema_components(url)
+        except Exception as exc:
+            raise StoreNotFoundError(f"Cannot read the metadata store at {redact(url)}: {exc}") from None
+        where = redact(url)
+    else:
+        db = _sqlite_file(url)
+        if not db.is_file():
+            raise StoreNotFoundError(f"No metadata store at {db}: is {db.parent} the broker's metadata.log.dir?")
+        try:
+            conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True)
+            try:
+                found = {row[0] for row in conn.execute("SELECT component FROM schema_versions")}
+            finally:
+                conn.close()
+        except sqlite3.Error as exc:
+            raise StoreNotFoundError(f"{db} is not a Shoal metadata store: {exc}") from None
+        where = str(db)
     missing = [c for c in components if c not in found]
     if missing:
-        raise StoreNotFoundError(f"{db} is not a Shoal metadata store (no {', '.join(missing)} tables)")
+        raise StoreNotFoundError(f"{where} is not a Shoal metadata store (no {', '.join(missing)} tables)")
+
+
+# -- opening a seam at a URL: what the broker, the tools and the conformance tests share --------
+
+
+def open_metadata_store_at(url: str) -> MetadataStore:
+    if is_postgres_url(url):
+        from shoal.store.postgres.metadata_log import PostgresMetadataStore
+
+        return PostgresMetadataStore(url)
+    return SqliteMetadataStore(_sqlite_file(url))
+
+
+def open_batch_coordinator_at(url: str, clock: Callable[[], int] | None = None) -> BatchCoordinator:
+    kwargs = {} if clock is None else {"clock": clock}
+    if is_postgres_url(url):
+        from shoal.store.postgres.coordinator import PostgresBatchCoordinator
+
+        return PostgresBatchCoordinator(url, **kwargs)
+    return SqliteBatchCoordinator(_sqlite_file(url), **kwargs)
+
+
+def open_group_store_at(url: str) -> GroupStore:
+    if is_postgres_url(url):
+        from shoal.store.postgres.groups import PostgresGroupStore
+
+        return PostgresGroupStore(url)
+    return SqliteGroupStore(_sqlite_file(url))
+
+
+# -- opening the seams of a configuration ---------------------------------------------------------
 
 
 def open_metadata_store(config: Config, *, must_exist: bool = False) -> MetadataStore:
     if must_exist:
         check_exists(config, (_METADATA,))
-    return SqliteMetadataStore(_sqlite_path(config))
+    return open_metadata_store_at(metadata_store_url(config))
 
 
 def open_batch_coordinator(config: Config, *, must_exist: bool = False) -> BatchCoordinator:
@@ -91,7 +172,7 @@ def open_batch_coordinator(config: Config, *, must_exist: bool = False) -> Batch
     ``diskless.coordinator.fault.control.file`` is set (failure testing)."""
     if must_exist:
         check_exists(config, (_COORDINATOR,))
-    coordinator: BatchCoordinator = SqliteBatchCoordinator(_sqlite_path(config))
+    coordinator = open_batch_coordinator_at(coordinator_url(config))
     control = config["diskless.coordinator.fault.control.file"]
     if control:
         from shoal.coordinator.faulty import FaultyBatchCoordinator  # failure testing only
@@ -103,7 +184,7 @@ def open_batch_coordinator(config: Config, *, must_exist: bool = False) -> Batch
 def open_group_store(config: Config, *, must_exist: bool = False) -> GroupStore:
     if must_exist:
         check_exists(config, (_GROUPS,))
-    return SqliteGroupStore(_sqlite_path(config))
+    return open_group_store_at(metadata_store_url(config))
 
 
 def open_stores(config: Config, *, must_exist: bool = False) -> Stores:

@@ -1,0 +1,397 @@
+"""commit_file: one object's batches get offsets, with Kafka's idempotent-producer dedup.
+
+The same rules as the SQLite backend (``shoal.store.sqlite.coordinator.commit``), in one
+transaction of three round trips whatever the number of batches:
+
+1. the pool's liveness check of the connection;
+2. BEGIN, lock the partitions' log rows in log_id order, read the state of the idempotent
+   producers of those partitions (after the lock: it sees what the commits we queued behind
+   wrote);
+3. the object row with the batches (one INSERT ... SELECT over arrays), the new high
+   watermarks, the producer state changes, COMMIT.
+
+Offsets, deduplication and sequence checks are decided in Python between 2 and 3, while the
+log rows are locked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import psycopg
+
+from shoal.coordinator.api import CommitBatchRequest, CommitBatchResponse
+from shoal.protocol.errors import ErrorCode
+from shoal.records.types import TimestampType
+from shoal.store.postgres.coordinator.base import CoordinatorBase
+from shoal.store.postgres.coordinator.logs import LogKey, LogState, locked_logs, queue_lock_logs
+
+#: Kafka keeps the metadata of the last 5 batches per producer for deduplication
+#: (it is also the client's max.in.flight.requests.per.connection for idempotence).
+PRODUCER_STATE_BATCHES = 5
+
+_INT32_MAX = 2**31 - 1
+_NO_PRODUCER = -1
+
+_PRODUCERS_SQL = """
+SELECT p.log_id, p.producer_id, p.row_id, p.producer_epoch, p.base_sequence, p.last_sequence,
+       p.assigned_offset, p.log_append_time
+FROM unnest(%b::uuid[], %b::integer[], %b::bigint[]) AS k(topic_id, partition, producer_id)
+JOIN diskless_logs AS l ON l.topic_id = k.topic_id AND l.partition = k.partition
+JOIN diskless_producer_state AS p ON p.log_id = l.log_id AND p.producer_id = k.producer_id
+ORDER BY p.log_id, p.producer_id, p.row_id
+"""
+
+# Every write of a commit in ONE statement (data-modifying CTEs): the object, its batches (ids
+# from the identity column in request order, so they grow with offsets inside a partition), the
+# logs' new high watermarks, and the producer state (old entries go, new ones come: disjoint
+# row_ids, so the two CTEs, which see the same snapshot, never meet). Empty arrays are no-ops.
+_WRITE_SQL = """
+WITH f AS (
+    INSERT INTO diskless_files (object_key, uploader_broker_id, committed_at, size, used_size, state,
+                                marked_for_deletion_at)
+    VALUES (%(key)s, %(broker)s, %(now)s, %(size)s, %(used)s, %(state)s, %(marked)s)
+    RETURNING file_id
+), batches AS (
+    INSERT INTO diskless_batches (log_id, last_offset, base_offset, file_id, byte_offset, byte_size,
+        log_append_time, batch_max_timestamp, timestamp_type, producer_id, producer_epoch, base_sequence,
+        last_sequence, max_ts_so_far)
+    SELECT u.log_id, u.last_offset, u.base_offset, f.file_id, u.byte_offset, u.byte_size, %(now)s,
+        u.batch_max_timestamp, u.timestamp_type, u.producer_id, u.producer_epoch, u.base_sequence,
+        u.last_sequence, u.max_ts_so_far
+    FROM f CROSS JOIN unnest(%(b_log)b::bigint[], %(b_last)b::bigint[], %(b_base)b::bigint[],
+        %(b_pos)b::bigint[], %(b_size)b::bigint[], %(b_max_ts)b::bigint[], %(b_ts_type)b::smallint[],
+        %(b_pid)b::bigint[], %(b_epoch)b::integer[], %(b_base_seq)b::integer[], %(b_last_seq)b::integer[],
+        %(b_ts_so_far)b::bigint[])
+        WITH ORDINALITY AS u(log_id, last_offset, base_offset, byte_offset, byte_size, batch_max_timestamp,
+            timestamp_type, producer_id, producer_epoch, base_sequence, last_sequence, max_ts_so_far, ord)
+    ORDER BY u.ord
+), logs AS (
+    UPDATE diskless_logs AS l
+    SET high_watermark = u.high_watermark, byte_size = u.byte_size, max_timestamp = u.max_timestamp
+    FROM unnest(%(l_log)b::bigint[], %(l_hwm)b::bigint[], %(l_size)b::bigint[], %(l_max_ts)b::bigint[])
+        AS u(log_id, high_watermark, byte_size, max_timestamp)
+    WHERE l.log_id = u.log_id
+), trimmed AS (
+    DELETE FROM diskless_producer_state AS p
+    USING unnest(%(t_log)b::bigint[], %(t_pid)b::bigint[], %(t_first)b::bigint[])
+        AS u(log_id, producer_id, first_kept)
+    WHERE p.log_id = u.log_id AND p.producer_id = u.producer_id AND p.row_id < u.first_kept
+), producers AS (
+    INSERT INTO diskless_producer_state (log_id, producer_id, row_id, producer_epoch, base_sequence,
+        last_sequence, assigned_offset, log_append_time)
+    SELECT * FROM unnest(%(p_log)b::bigint[], %(p_pid)b::bigint[], %(p_row)b::bigint[],
+        %(p_epoch)b::integer[], %(p_base_seq)b::integer[], %(p_last_seq)b::integer[],
+        %(p_offset)b::bigint[], %(p_time)b::bigint[])
+)
+SELECT 1
+"""
+_BATCH_ARRAYS = (
+    "b_log", "b_last", "b_base", "b_pos", "b_size", "b_max_ts", "b_ts_type", "b_pid", "b_epoch",
+    "b_base_seq", "b_last_seq", "b_ts_so_far",
+)  # fmt: skip
+_LOG_ARRAYS = ("l_log", "l_hwm", "l_size", "l_max_ts")
+_TRIM_ARRAYS = ("t_log", "t_pid", "t_first")
+_PRODUCER_ARRAYS = ("p_log", "p_pid", "p_row", "p_epoch", "p_base_seq", "p_last_seq", "p_offset", "p_time")
+
+
+def _next_sequence(sequence: int) -> int:
+    """Kafka's sequence successor: int32 sequences wrap from 2**31-1 to 0."""
+    return 0 if sequence >= _INT32_MAX else sequence + 1
+
+
+@dataclass(slots=True)
+class _ProducerEntry:
+    row_id: int
+    epoch: int
+    base_sequence: int
+    last_sequence: int
+    assigned_offset: int
+    log_append_time: int
+    new: bool = False
+
+
+@dataclass(slots=True)
+class _ProducerState:
+    """The last batches of one producer on one partition, as Kafka's ProducerStateEntry."""
+
+    entries: list[_ProducerEntry] = field(default_factory=list)
+    dirty: bool = False
+
+    @property
+    def epoch(self) -> int:
+        return self.entries[-1].epoch if self.entries else _NO_PRODUCER
+
+    @property
+    def next_row_id(self) -> int:
+        return self.entries[-1].row_id + 1 if self.entries else 0
+
+    def find_duplicate(self, epoch: int, base_sequence: int, last_sequence: int) -> _ProducerEntry | None:
+        if epoch != self.epoch:
+            return None
+        for entry in self.entries:
+            if entry.base_sequence == base_sequence and entry.last_sequence == last_sequence:
+                return entry
+        return None
+
+    def append(self, entry: _ProducerEntry, reset: bool) -> None:
+        if reset:
+            self.entries.clear()
+        self.entries.append(entry)
+        del self.entries[:-PRODUCER_STATE_BATCHES]
+        self.dirty = True
+
+
+class _Rows:
+    """Columns of the batches to insert, as the arrays ``_WRITE_SQL`` unnests."""
+
+    __slots__ = ("columns",)
+
+    def __init__(self) -> None:
+        self.columns: tuple[list[int], ...] = tuple([] for _ in range(12))
+
+    def add(self, *values: int) -> None:
+        for column, value in zip(self.columns, values, strict=True):
+            column.append(value)
+
+
+class CommitMixin(CoordinatorBase):
+    """commit_file and the producer state it checks and keeps."""
+
+    def commit_file(
+        self,
+        object_key: str,
+        uploader_broker_id: int,
+        file_size: int,
+        batches: list[CommitBatchRequest],
+    ) -> list[CommitBatchResponse]:
+        """Register one uploaded object and assign offsets to its batches in ONE transaction.
+
+        Batches are processed in request order against state updated as we go, so
+        several batches of one producer in the same object are checked against each
+        other. A rejected or duplicate batch consumes no offset and no used size.
+        Accepted batches all get the same log_append_time (taken once the partitions are
+        locked). Raises psycopg.errors.UniqueViolation (an IntegrityError) if
+        ``object_key`` was already committed; nothing is written then.
+        """
+        keys = [(b.topic_id_partition.topic_id, b.topic_id_partition.partition) for b in batches]
+        idempotent = list(
+            dict.fromkeys(
+                (key[0], key[1], b.producer_id)
+                for key, b in zip(keys, batches, strict=True)
+                if b.producer_id != _NO_PRODUCER
+            )
+        )
+
+        def work(conn: psycopg.Connection) -> list[CommitBatchResponse]:
+            logs_cur = queue_lock_logs(conn, keys) if batches else None
+            producers_cur = (
+                conn.execute(
+                    _PRODUCERS_SQL,
+                    ([k[0] for k in idempotent], [k[1] for k in idempotent], [k[2] for k in idempotent]),
+                )
+                if idempotent
+                else None
+            )
+            logs = locked_logs(logs_cur) if logs_cur is not None else {}
+            producers = _load_producers(producers_cur)
+            now = self._clock()
+            responses, rows, used_size = _assign(batches, keys, logs, producers, now, file_size)
+            state, marked = ("uploaded", None) if used_size > 0 else ("deleting", now)
+            params: dict[str, object] = {
+                "key": object_key,
+                "broker": uploader_broker_id,
+                "now": now,
+                "size": file_size,
+                "used": used_size,
+                "state": state,
+                "marked": marked,
+            }
+            params.update(zip(_BATCH_ARRAYS, rows.columns, strict=True))
+            dirty = [log for log in logs.values() if log.dirty]
+            params.update(
+                zip(
+                    _LOG_ARRAYS,
+                    (
+                        [log.log_id for log in dirty],
+                        [log.high_watermark for log in dirty],
+                        [log.byte_size for log in dirty],
+                        [log.max_timestamp for log in dirty],
+                    ),
+                    strict=True,
+                )
+            )
+            trims, inserts = _producer_changes(producers)
+            params.update(zip(_TRIM_ARRAYS, trims, strict=True))
+            params.update(zip(_PRODUCER_ARRAYS, inserts, strict=True))
+            conn.execute(_WRITE_SQL, params)
+            return responses
+
+        return self._transaction("commit_file", work)
+
+
+def _load_producers(cur: psycopg.Cursor | None) -> dict[tuple[int, int], _ProducerState]:
+    producers: dict[tuple[int, int], _ProducerState] = {}
+    if cur is None:
+        return producers
+    for log_id, producer_id, *entry in cur.fetchall():
+        state = producers.get((log_id, producer_id))
+        if state is None:
+            state = producers[(log_id, producer_id)] = _ProducerState()
+        state.entries.append(_ProducerEntry(*entry))
+    return producers
+
+
+def _assign(
+    batches: list[CommitBatchRequest],
+    keys: list[LogKey],
+    logs: dict[LogKey, LogState],
+    producers: dict[tuple[int, int], _ProducerState],
+    now: int,
+    file_size: int,
+) -> tuple[list[CommitBatchResponse], _Rows, int]:
+    """Offsets for the batches against the locked logs: (responses, batch rows, used size)."""
+    responses: list[CommitBatchResponse] = []
+    rows = _Rows()
+    used_size = 0
+    for req, key in zip(batches, keys, strict=True):
+        log = logs.get(key)
+        if log is None:
+            responses.append(_rejected(ErrorCode.unknown_topic_or_partition, -1, req))
+            continue
+        if (
+            req.last_offset < req.base_offset
+            or req.size <= 0
+            or req.byte_offset < 0
+            or req.byte_offset + req.size > file_size
+        ):
+            responses.append(_rejected(ErrorCode.corrupt_message, log.log_start_offset, req))
+            continue
+
+        state: _ProducerState | None = None
+        reset = False
+        if req.producer_id != _NO_PRODUCER:
+            pkey = (log.log_id, req.producer_id)
+            state = producers.get(pkey)
+            if state is None:
+                state = producers[pkey] = _ProducerState()
+            duplicate = state.find_duplicate(req.producer_epoch, req.base_sequence, req.last_sequence)
+            if duplicate is not None:
+                responses.append(
+                    CommitBatchResponse(
+                        errors=ErrorCode.none,
+                        assigned_base_offset=duplicate.assigned_offset,
+                        log_append_time=duplicate.log_append_time,
+                        log_start_offset=log.log_start_offset,
+                        is_duplicate=True,
+                        request=req,
+                    )
+                )
+                continue
+            error, reset = _check_sequence(state, req)
+            if error is not ErrorCode.none:
+                responses.append(_rejected(error, log.log_start_offset, req))
+                continue
+
+        base_offset = log.high_watermark
+        last_offset = base_offset + (req.last_offset - req.base_offset)
+        log.high_watermark = last_offset + 1
+        log.byte_size += req.size
+        effective_ts = (
+            now if req.message_timestamp_type == TimestampType.LOG_APPEND_TIME else req.batch_max_timestamp
+        )
+        log.max_timestamp = max(log.max_timestamp, effective_ts)
+        log.dirty = True
+        used_size += req.size
+        rows.add(
+            log.log_id,
+            last_offset,
+            base_offset,
+            req.byte_offset,
+            req.size,
+            req.batch_max_timestamp,
+            int(req.message_timestamp_type),
+            req.producer_id,
+            req.producer_epoch,
+            req.base_sequence,
+            req.last_sequence,
+            log.max_timestamp,
+        )
+        if state is not None:
+            state.append(
+                _ProducerEntry(
+                    row_id=state.next_row_id,
+                    epoch=req.producer_epoch,
+                    base_sequence=req.base_sequence,
+                    last_sequence=req.last_sequence,
+                    assigned_offset=base_offset,
+                    log_append_time=now,
+                    new=True,
+                ),
+                reset,
+            )
+        responses.append(
+            CommitBatchResponse(
+                errors=ErrorCode.none,
+                assigned_base_offset=base_offset,
+                log_append_time=now,
+                log_start_offset=log.log_start_offset,
+                is_duplicate=False,
+                request=req,
+            )
+        )
+    return responses, rows, used_size
+
+
+def _producer_changes(
+    producers: dict[tuple[int, int], _ProducerState],
+) -> tuple[list[list[int]], list[list[int]]]:
+    """The columns of the producer state to trim (log, producer, first row kept) and to insert."""
+    trims: list[list[int]] = [[] for _ in _TRIM_ARRAYS]
+    inserts: list[list[int]] = [[] for _ in _PRODUCER_ARRAYS]
+    for (log_id, producer_id), state in producers.items():
+        if not state.dirty:
+            continue
+        for column, value in zip(trims, (log_id, producer_id, state.entries[0].row_id), strict=True):
+            column.append(value)
+        for e in state.entries:
+            if e.new:
+                values = (
+                    log_id,
+                    producer_id,
+                    e.row_id,
+                    e.epoch,
+                    e.base_sequence,
+                    e.last_sequence,
+                    e.assigned_offset,
+                    e.log_append_time,
+                )
+                for column, value in zip(inserts, values, strict=True):
+                    column.append(value)
+    return trims, inserts
+
+
+def _rejected(error: ErrorCode, log_start_offset: int, req: CommitBatchRequest) -> CommitBatchResponse:
+    return CommitBatchResponse(
+        errors=error,
+        assigned_base_offset=-1,
+        log_append_time=-1,
+        log_start_offset=log_start_offset,
+        is_duplicate=False,
+        request=req,
+    )
+
+
+def _check_sequence(state: _ProducerState, req: CommitBatchRequest) -> tuple[ErrorCode, bool]:
+    """Kafka's ProducerAppendInfo checks for a non-duplicate batch: (error, resets state)."""
+    if not state.entries:
+        return ErrorCode.none, False
+    if req.producer_epoch < state.epoch:
+        return ErrorCode.invalid_producer_epoch, False
+    if req.producer_epoch > state.epoch:
+        if req.base_sequence != 0:
+            return ErrorCode.out_of_order_sequence_number, False
+        return ErrorCode.none, True
+    if req.base_sequence != _next_sequence(state.entries[-1].last_sequence):
+        return ErrorCode.out_of_order_sequence_number, False
+    return ErrorCode.none, False

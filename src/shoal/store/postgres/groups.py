@@ -1,0 +1,305 @@
+"""The group and offset store on PostgreSQL: the ``group_`` tables of the metadata database.
+
+The same tables and semantics as ``shoal.store.sqlite.groups`` (schema component
+``group_coordinator``): ``group_offsets`` per group and partition, ``group_metadata`` per group
+and ``group_members`` per member of its latest stored generation. Each batch of mutations is one
+transaction, committed with ``synchronous_commit=on``, so a commit that returns is on the
+server's disk. ``load`` reads the three tables on one ``REPEATABLE READ`` snapshot.
+
+Ids and topic names are ``COLLATE "C"``: they sort by code point, as SQLite's BINARY
+collation does, whatever the database's locale, so both backends load in the same order.
+
+Errors: when the database cannot be reached within ``timeout`` seconds, drops the connection or
+times out on a lock, calls raise ``psycopg.OperationalError`` (one of ``UNAVAILABLE_ERRORS``)
+naming the store; the pool reconnects by itself, so the same store object works again once the
+server is back. Deadlocks and serialisation failures (brokers writing the same rows at once) are
+retried a few times: a failed transaction applied nothing.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+import psycopg
+import psycopg_pool
+
+from shoal.store.groups import (
+    CommittedOffset,
+    DeleteGroup,
+    DeleteOffsets,
+    Mutation,
+    PutGroup,
+    PutOffsets,
+    StoredGroup,
+    StoredMember,
+)
+from shoal.store.postgres.connection import (
+    RETRIABLE_ERRORS,
+    UNAVAILABLE_ERRORS,
+    apply_schema,
+    open_pool,
+    redact,
+)
+
+__all__ = ["PostgresGroupStore"]
+
+T = TypeVar("T")
+
+_COMPONENT = "group_coordinator"
+
+_MIGRATIONS = [
+    """
+    CREATE TABLE group_metadata (
+        group_id TEXT COLLATE "C" PRIMARY KEY,
+        protocol_type TEXT,
+        protocol_name TEXT,
+        generation INTEGER NOT NULL,
+        leader TEXT,
+        state_timestamp_ms BIGINT NOT NULL
+    );
+    CREATE TABLE group_members (
+        group_id TEXT COLLATE "C" NOT NULL,
+        member_id TEXT COLLATE "C" NOT NULL,
+        position INTEGER NOT NULL,
+        group_instance_id TEXT,
+        client_id TEXT NOT NULL,
+        client_host TEXT NOT NULL,
+        rebalance_timeout_ms INTEGER NOT NULL,
+        session_timeout_ms INTEGER NOT NULL,
+        subscription BYTEA NOT NULL,
+        assignment BYTEA NOT NULL,
+        PRIMARY KEY (group_id, member_id)
+    );
+    CREATE TABLE group_offsets (
+        group_id TEXT COLLATE "C" NOT NULL,
+        topic TEXT COLLATE "C" NOT NULL,
+        partition INTEGER NOT NULL,
+        topic_id UUID,
+        committed_offset BIGINT NOT NULL,
+        leader_epoch INTEGER NOT NULL,
+        metadata TEXT NOT NULL,
+        commit_timestamp_ms BIGINT NOT NULL,
+        expire_timestamp_ms BIGINT,
+        PRIMARY KEY (group_id, topic, partition)
+    )
+    """,
+]
+
+#: How many times a transaction that hit a deadlock or a serialisation failure is run again.
+_RETRIES = 5
+
+
+def _apply_schema(pool: psycopg_pool.ConnectionPool) -> None:
+    """``apply_schema``, run again when it lost a race with a broker creating the tables of another
+    component: ``CREATE TABLE IF NOT EXISTS schema_versions`` is not safe against a concurrent
+    creator (it fails with a unique violation on the catalog), and each component takes its own lock.
+    The failed attempt rolled back, and the next one finds the table."""
+    for attempt in range(_RETRIES + 1):
+        try:
+            apply_schema(pool, _COMPONENT, _MIGRATIONS)
+            return
+        except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable, *RETRIABLE_ERRORS):
+            if attempt == _RETRIES:
+                raise
+            time.sleep(random.uniform(0.01, 0.1))
+
+_PUT_OFFSET = (
+    "INSERT INTO group_offsets (group_id, topic, partition, topic_id, committed_offset, leader_epoch, "
+    "metadata, commit_timestamp_ms, expire_timestamp_ms) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
+    "ON CONFLICT (group_id, topic, partition) DO UPDATE SET topic_id = excluded.topic_id, "
+    "committed_offset = excluded.committed_offset, leader_epoch = excluded.leader_epoch, "
+    "metadata = excluded.metadata, commit_timestamp_ms = excluded.commit_timestamp_ms, "
+    "expire_timestamp_ms = excluded.expire_timestamp_ms"
+)
+_PUT_GROUP = (
+    "INSERT INTO group_metadata (group_id, protocol_type, protocol_name, generation, leader, "
+    "state_timestamp_ms) VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (group_id) DO UPDATE SET "
+    "protocol_type = excluded.protocol_type, protocol_name = excluded.protocol_name, "
+    "generation = excluded.generation, leader = excluded.leader, "
+    "state_timestamp_ms = excluded.state_timestamp_ms"
+)
+_PUT_MEMBER = (
+    "INSERT INTO group_members (group_id, member_id, position, group_instance_id, client_id, client_host, "
+    "rebalance_timeout_ms, session_timeout_ms, subscription, assignment) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+)
+
+
+class PostgresGroupStore:
+    """Group metadata and committed offsets in the ``group_`` tables of a PostgreSQL database.
+
+    ``timeout`` bounds, in seconds, how long a call waits for a connection (and each connection
+    attempt) and for a row lock; a call that exceeds it raises ``psycopg.OperationalError``.
+    Writes of one store object are serialised (one transaction at a time, as on SQLite);
+    ``load`` may run beside them.
+    """
+
+    def __init__(self, url: str, *, timeout: float = 10.0, max_connections: int = 4) -> None:
+        self._where = redact(url)
+        self._timeout_ms = max(1, int(timeout * 1000))
+        self._prepared: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
+        self._write_lock = threading.Lock()
+        try:
+            self._pool = open_pool(url, name="shoal-groups", max_size=max_connections, timeout=timeout)
+        except UNAVAILABLE_ERRORS as exc:
+            raise psycopg.OperationalError(f"the group store at {self._where} is unavailable: {exc}") from exc
+        # The pool retries a lost connection with a doubling back-off for ``reconnect_timeout`` (5
+        # minutes by default) before it gives up and lets the next call start afresh: after an outage
+        # the store would stay unusable for up to that long once the server is back. Bounded to
+        # ``timeout``, the store is usable again within about ``timeout`` of the server's return.
+        self._pool.reconnect_timeout = timeout
+        try:
+            _apply_schema(self._pool)
+        except UNAVAILABLE_ERRORS as exc:
+            self._pool.close()
+            raise psycopg.OperationalError(f"the group store at {self._where} is unavailable: {exc}") from exc
+        except BaseException:
+            self._pool.close()
+            raise
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def _run(self, what: str, work: Callable[[psycopg.Connection], T]) -> T:
+        """``work`` on a pooled connection; retries deadlocks, names the store on unavailability."""
+        for attempt in range(_RETRIES + 1):
+            try:
+                with self._pool.connection() as conn:
+                    self._prepare(conn)
+                    return work(conn)
+            except RETRIABLE_ERRORS:
+                if attempt == _RETRIES:
+                    raise
+                time.sleep(random.uniform(0.005, 0.05) * (attempt + 1))
+            except UNAVAILABLE_ERRORS as exc:
+                raise psycopg.OperationalError(f"the group store at {self._where} is unavailable ({what}): {exc}") from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _prepare(self, conn: psycopg.Connection) -> None:
+        """Bound lock waits, and let the server end a transaction whose client vanished mid-way."""
+        if conn in self._prepared:
+            return
+        conn.execute(
+            f"SET lock_timeout = {self._timeout_ms}; SET idle_in_transaction_session_timeout = {self._timeout_ms}"
+        )
+        self._prepared.add(conn)
+
+    def load(self) -> tuple[list[StoredGroup], dict[str, list[CommittedOffset]]]:
+        """Every stored group and every committed offset (grouped by group id), read on one snapshot."""
+
+        def work(conn: psycopg.Connection) -> tuple[list, list, list]:
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                group_rows = conn.execute(
+                    "SELECT group_id, protocol_type, protocol_name, generation, leader, state_timestamp_ms "
+                    "FROM group_metadata ORDER BY group_id"
+                ).fetchall()
+                member_rows = conn.execute(
+                    "SELECT group_id, member_id, group_instance_id, client_id, client_host, rebalance_timeout_ms, "
+                    "session_timeout_ms, subscription, assignment FROM group_members ORDER BY group_id, position"
+                ).fetchall()
+                offset_rows = conn.execute(
+                    "SELECT group_id, topic, partition, topic_id, committed_offset, leader_epoch, metadata, "
+                    "commit_timestamp_ms, expire_timestamp_ms FROM group_offsets ORDER BY group_id, topic, partition"
+                ).fetchall()
+            return group_rows, member_rows, offset_rows
+
+        group_rows, member_rows, offset_rows = self._run("loading groups and offsets", work)
+        members: dict[str, list[StoredMember]] = {}
+        for row in member_rows:
+            members.setdefault(row[0], []).append(
+                StoredMember(row[1], row[2], row[3], row[4], row[5], row[6], bytes(row[7]), bytes(row[8]))
+            )
+        groups = [
+            StoredGroup(row[0], row[1], row[2], row[3], row[4], row[5], tuple(members.get(row[0], ())))
+            for row in group_rows
+        ]
+        offsets: dict[str, list[CommittedOffset]] = {}
+        for row in offset_rows:
+            offsets.setdefault(row[0], []).append(
+                CommittedOffset(
+                    topic=row[1],
+                    partition=row[2],
+                    topic_id=row[3],
+                    offset=row[4],
+                    leader_epoch=row[5],
+                    metadata=row[6],
+                    commit_timestamp_ms=row[7],
+                    expire_timestamp_ms=row[8],
+                )
+            )
+        return groups, offsets
+
+    def apply(self, mutations: Sequence[Mutation]) -> None:
+        """Apply the mutations in order, in one durable transaction (all or nothing)."""
+
+        def work(conn: psycopg.Connection) -> None:
+            with conn.transaction(), conn.cursor() as cur:
+                for mutation in mutations:
+                    _apply_one(cur, mutation)
+
+        with self._write_lock:
+            self._run("writing group changes", work)
+
+
+def _apply_one(cur: psycopg.Cursor, mutation: Mutation) -> None:
+    if isinstance(mutation, PutOffsets):
+        if mutation.offsets:
+            cur.executemany(
+                _PUT_OFFSET,
+                [
+                    (
+                        mutation.group_id,
+                        o.topic,
+                        o.partition,
+                        o.topic_id,
+                        o.offset,
+                        o.leader_epoch,
+                        o.metadata,
+                        o.commit_timestamp_ms,
+                        o.expire_timestamp_ms,
+                    )
+                    for o in mutation.offsets
+                ],
+            )
+    elif isinstance(mutation, DeleteOffsets):
+        if mutation.partitions:
+            cur.executemany(
+                "DELETE FROM group_offsets WHERE group_id = %s AND topic = %s AND partition = %s",
+                [(mutation.group_id, topic, partition) for topic, partition in mutation.partitions],
+            )
+    elif isinstance(mutation, PutGroup):
+        g = mutation.group
+        cur.execute(
+            _PUT_GROUP, (g.group_id, g.protocol_type, g.protocol_name, g.generation, g.leader, g.state_timestamp_ms)
+        )
+        cur.execute("DELETE FROM group_members WHERE group_id = %s", (g.group_id,))
+        if g.members:
+            cur.executemany(
+                _PUT_MEMBER,
+                [
+                    (
+                        g.group_id,
+                        m.member_id,
+                        position,
+                        m.group_instance_id,
+                        m.client_id,
+                        m.client_host,
+                        m.rebalance_timeout_ms,
+                        m.session_timeout_ms,
+                        m.subscription,
+                        m.assignment,
+                    )
+                    for position, m in enumerate(g.members)
+                ],
+            )
+    elif isinstance(mutation, DeleteGroup):
+        for table in ("group_offsets", "group_members", "group_metadata"):
+            cur.execute(f"DELETE FROM {table} WHERE group_id = %s", (mutation.group_id,))  # type: ignore[arg-type] - fixed names
+    else:  # pragma: no cover - the union is closed
+        raise TypeError(f"unknown mutation {mutation!r}")
