@@ -22,6 +22,7 @@ from shoal.cli.pipeline import pipeline_app
 from shoal.cli.topics import topics_app
 from shoal.config import Config, ConfigError
 from shoal.properties import parse_overrides, parse_properties
+from shoal.store.factory import StoreUnavailableError
 from shoal.store.locate import DEFAULT_DATA_DIR, embedded_config
 
 app = typer.Typer(help="Shoal: a Kafka-compatible broker with diskless topics on object storage.", no_args_is_help=True)
@@ -54,7 +55,11 @@ def _run(raw: dict[str, str]) -> None:
     except ConfigError as exc:
         typer.echo(f"Invalid configuration: {exc}", err=True)
         raise typer.Exit(2) from None
-    uvloop.run(_serve(config))
+    try:
+        uvloop.run(_serve(config))
+    except StoreUnavailableError as exc:
+        logging.getLogger("shoal.server.broker").error("%s", exc)
+        raise typer.Exit(1) from None
 
 
 async def _serve(config: Config) -> None:

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+import psycopg
+
 from shoal.config import Config
-from shoal.coordinator.api import BatchCoordinator
+from shoal.coordinator.api import BatchCoordinator, CoordinatorUnavailableError
 from shoal.metadata.log import MetadataStore
 from shoal.store.groups import GroupStore
 from shoal.store.postgres.connection import is_postgres_url, redact
@@ -35,6 +37,10 @@ _METADATA, _COORDINATOR, _GROUPS = "metadata", "diskless_coordinator", "group_co
 
 class StoreNotFoundError(Exception):
     """A tool was pointed at a store that does not exist (nothing is created for it)."""
+
+
+class StoreUnavailableError(Exception):
+    """A store could not be reached when it was opened (the database server is down or refuses us)."""
 
 
 @dataclass
@@ -191,6 +197,13 @@ def open_stores(config: Config, *, must_exist: bool = False) -> Stores:
     """Every seam at once (blocking: the broker calls it from a worker thread)."""
     if must_exist:
         check_exists(config)
+    try:
+        return _open_stores(config)
+    except (psycopg.OperationalError, CoordinatorUnavailableError) as exc:
+        raise StoreUnavailableError(f"Cannot open the stores at {store_location(config)}: {exc}") from exc
+
+
+def _open_stores(config: Config) -> Stores:
     metadata = open_metadata_store(config)
     try:
         coordinator = open_batch_coordinator(config)

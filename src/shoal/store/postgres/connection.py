@@ -13,8 +13,12 @@ starting at the same moment apply each migration exactly once.
 
 from __future__ import annotations
 
+import random
+import time
+import weakref
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 import psycopg
@@ -42,7 +46,9 @@ def redact(url: str) -> str:
     return parts._replace(netloc=netloc).geturl()
 
 
-def open_pool(url: str, *, name: str, max_size: int = 8, timeout: float = 30.0) -> psycopg_pool.ConnectionPool:
+def open_pool(
+    url: str, *, name: str, max_size: int = 8, timeout: float = 30.0
+) -> psycopg_pool.ConnectionPool:
     """A pool of connections to ``url``; waits up to ``timeout`` seconds for the first one.
 
     After an outage the pool tries to reconnect for ``timeout`` seconds at a time (psycopg-pool's
@@ -63,7 +69,9 @@ def open_pool(url: str, *, name: str, max_size: int = 8, timeout: float = 30.0) 
         pool.open(wait=True, timeout=timeout)
     except psycopg_pool.PoolTimeout:
         pool.close()
-        raise psycopg.OperationalError(f"cannot connect to PostgreSQL at {redact(url)} within {timeout:g}s") from None
+        raise psycopg.OperationalError(
+            f"cannot connect to PostgreSQL at {redact(url)} within {timeout:g}s"
+        ) from None
     return pool
 
 
@@ -80,7 +88,9 @@ def apply_schema(pool: psycopg_pool.ConnectionPool, component: str, migrations: 
         conn.execute(
             "CREATE TABLE IF NOT EXISTS schema_versions (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
         )
-        row = conn.execute("SELECT version FROM schema_versions WHERE component = %s", (component,)).fetchone()
+        row = conn.execute(
+            "SELECT version FROM schema_versions WHERE component = %s", (component,)
+        ).fetchone()
         current = row[0] if row else 0
         if current > len(migrations):
             raise RuntimeError(
@@ -94,3 +104,75 @@ def apply_schema(pool: psycopg_pool.ConnectionPool, component: str, migrations: 
                 "ON CONFLICT (component) DO UPDATE SET version = excluded.version",
                 (component, version + 1),
             )
+
+
+T = TypeVar("T")
+
+
+class PooledStore:
+    """What the metadata and group stores do with their pool, written once: open it and apply the
+    schema; bound lock waits on every connection, and let the server end a transaction whose
+    client vanished mid-way (it would otherwise hold its row locks, the controller lease row
+    among them, until TCP noticed); run work again after a deadlock or serialisation failure;
+    and name the store when the server cannot be reached (``psycopg.OperationalError``).
+
+    ``timeout`` (seconds) bounds the wait for a connection, each connection attempt and each
+    lock wait. Thread-safe: each call uses its own pooled connection.
+    """
+
+    RETRIES = 5
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        what: str,
+        component: str,
+        migrations: Sequence[str],
+        timeout: float,
+        max_connections: int,
+    ) -> None:
+        self._what = what
+        self._where = redact(url)
+        self._timeout_ms = max(1, int(timeout * 1000))
+        self._prepared: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
+        try:
+            self._pool = open_pool(url, name=f"shoal-{component}", max_size=max_connections, timeout=timeout)
+        except UNAVAILABLE_ERRORS as exc:
+            raise psycopg.OperationalError(f"the {what} at {self._where} is unavailable: {exc}") from exc
+        try:
+            apply_schema(self._pool, component, migrations)
+        except UNAVAILABLE_ERRORS as exc:
+            self._pool.close()
+            raise psycopg.OperationalError(f"the {what} at {self._where} is unavailable: {exc}") from exc
+        except BaseException:
+            self._pool.close()
+            raise
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def _run(self, doing: str, work: Callable[[psycopg.Connection], T]) -> T:
+        """``work`` on a pooled connection; retries deadlocks, names the store on unavailability."""
+        for attempt in range(self.RETRIES + 1):
+            try:
+                with self._pool.connection() as conn:
+                    self._prepare(conn)
+                    return work(conn)
+            except RETRIABLE_ERRORS:
+                if attempt == self.RETRIES:
+                    raise
+                time.sleep(random.uniform(0.005, 0.05) * (attempt + 1))
+            except UNAVAILABLE_ERRORS as exc:
+                raise psycopg.OperationalError(
+                    f"the {self._what} at {self._where} is unavailable ({doing}): {exc}"
+                ) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _prepare(self, conn: psycopg.Connection) -> None:
+        if conn in self._prepared:
+            return
+        conn.execute(
+            f"SET lock_timeout = {self._timeout_ms}; SET idle_in_transaction_session_timeout = {self._timeout_ms}"
+        )
+        self._prepared.add(conn)

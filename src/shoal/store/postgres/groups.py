@@ -18,15 +18,10 @@ retried a few times: a failed transaction applied nothing.
 
 from __future__ import annotations
 
-import random
 import threading
-import time
-import weakref
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
 
 import psycopg
-import psycopg_pool
 
 from shoal.store.groups import (
     CommittedOffset,
@@ -38,17 +33,10 @@ from shoal.store.groups import (
     StoredGroup,
     StoredMember,
 )
-from shoal.store.postgres.connection import (
-    RETRIABLE_ERRORS,
-    UNAVAILABLE_ERRORS,
-    apply_schema,
-    open_pool,
-    redact,
-)
+from shoal.store.postgres.connection import PooledStore
 
 __all__ = ["PostgresGroupStore"]
 
-T = TypeVar("T")
 
 _COMPONENT = "group_coordinator"
 
@@ -90,24 +78,6 @@ _MIGRATIONS = [
     """,
 ]
 
-#: How many times a transaction that hit a deadlock or a serialisation failure is run again.
-_RETRIES = 5
-
-
-def _apply_schema(pool: psycopg_pool.ConnectionPool) -> None:
-    """``apply_schema``, run again when it lost a race with a broker creating the tables of another
-    component: ``CREATE TABLE IF NOT EXISTS schema_versions`` is not safe against a concurrent
-    creator (it fails with a unique violation on the catalog), and each component takes its own lock.
-    The failed attempt rolled back, and the next one finds the table."""
-    for attempt in range(_RETRIES + 1):
-        try:
-            apply_schema(pool, _COMPONENT, _MIGRATIONS)
-            return
-        except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable, *RETRIABLE_ERRORS):
-            if attempt == _RETRIES:
-                raise
-            time.sleep(random.uniform(0.01, 0.1))
-
 _PUT_OFFSET = (
     "INSERT INTO group_offsets (group_id, topic, partition, topic_id, committed_offset, leader_epoch, "
     "metadata, commit_timestamp_ms, expire_timestamp_ms) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
@@ -130,7 +100,7 @@ _PUT_MEMBER = (
 )
 
 
-class PostgresGroupStore:
+class PostgresGroupStore(PooledStore):
     """Group metadata and committed offsets in the ``group_`` tables of a PostgreSQL database.
 
     ``timeout`` bounds, in seconds, how long a call waits for a connection (and each connection
@@ -140,54 +110,15 @@ class PostgresGroupStore:
     """
 
     def __init__(self, url: str, *, timeout: float = 10.0, max_connections: int = 4) -> None:
-        self._where = redact(url)
-        self._timeout_ms = max(1, int(timeout * 1000))
-        self._prepared: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
-        self._write_lock = threading.Lock()
-        try:
-            self._pool = open_pool(url, name="shoal-groups", max_size=max_connections, timeout=timeout)
-        except UNAVAILABLE_ERRORS as exc:
-            raise psycopg.OperationalError(f"the group store at {self._where} is unavailable: {exc}") from exc
-        # The pool retries a lost connection with a doubling back-off for ``reconnect_timeout`` (5
-        # minutes by default) before it gives up and lets the next call start afresh: after an outage
-        # the store would stay unusable for up to that long once the server is back. Bounded to
-        # ``timeout``, the store is usable again within about ``timeout`` of the server's return.
-        self._pool.reconnect_timeout = timeout
-        try:
-            _apply_schema(self._pool)
-        except UNAVAILABLE_ERRORS as exc:
-            self._pool.close()
-            raise psycopg.OperationalError(f"the group store at {self._where} is unavailable: {exc}") from exc
-        except BaseException:
-            self._pool.close()
-            raise
-
-    def close(self) -> None:
-        self._pool.close()
-
-    def _run(self, what: str, work: Callable[[psycopg.Connection], T]) -> T:
-        """``work`` on a pooled connection; retries deadlocks, names the store on unavailability."""
-        for attempt in range(_RETRIES + 1):
-            try:
-                with self._pool.connection() as conn:
-                    self._prepare(conn)
-                    return work(conn)
-            except RETRIABLE_ERRORS:
-                if attempt == _RETRIES:
-                    raise
-                time.sleep(random.uniform(0.005, 0.05) * (attempt + 1))
-            except UNAVAILABLE_ERRORS as exc:
-                raise psycopg.OperationalError(f"the group store at {self._where} is unavailable ({what}): {exc}") from exc
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _prepare(self, conn: psycopg.Connection) -> None:
-        """Bound lock waits, and let the server end a transaction whose client vanished mid-way."""
-        if conn in self._prepared:
-            return
-        conn.execute(
-            f"SET lock_timeout = {self._timeout_ms}; SET idle_in_transaction_session_timeout = {self._timeout_ms}"
+        super().__init__(
+            url,
+            what="group store",
+            component=_COMPONENT,
+            migrations=_MIGRATIONS,
+            timeout=timeout,
+            max_connections=max_connections,
         )
-        self._prepared.add(conn)
+        self._write_lock = threading.Lock()
 
     def load(self) -> tuple[list[StoredGroup], dict[str, list[CommittedOffset]]]:
         """Every stored group and every committed offset (grouped by group id), read on one snapshot."""
@@ -276,7 +207,8 @@ def _apply_one(cur: psycopg.Cursor, mutation: Mutation) -> None:
     elif isinstance(mutation, PutGroup):
         g = mutation.group
         cur.execute(
-            _PUT_GROUP, (g.group_id, g.protocol_type, g.protocol_name, g.generation, g.leader, g.state_timestamp_ms)
+            _PUT_GROUP,
+            (g.group_id, g.protocol_type, g.protocol_name, g.generation, g.leader, g.state_timestamp_ms),
         )
         cur.execute("DELETE FROM group_members WHERE group_id = %s", (g.group_id,))
         if g.members:

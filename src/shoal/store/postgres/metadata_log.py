@@ -25,28 +25,16 @@ failures are retried a few times.
 
 from __future__ import annotations
 
-import random
-import time
-import weakref
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Sequence
 
 import psycopg
-import psycopg_pool
 
 from shoal.metadata.log import READ_LIMIT, FencedControllerError, new_cluster_id
 from shoal.metadata.records import MetadataRecord, decode_record, encode_record
-from shoal.store.postgres.connection import (
-    RETRIABLE_ERRORS,
-    UNAVAILABLE_ERRORS,
-    apply_schema,
-    open_pool,
-    redact,
-)
+from shoal.store.postgres.connection import PooledStore
 
 __all__ = ["PostgresMetadataStore"]
 
-T = TypeVar("T")
 
 #: The ``schema_versions`` component of these tables (the SQLite backend's name too).
 _COMPONENT = "metadata"
@@ -86,26 +74,8 @@ _ACQUIRE = f"""
     RETURNING epoch
 """
 
-#: How many times a transaction that hit a deadlock or a serialisation failure is run again.
-_RETRIES = 5
 
-
-def _apply_schema(pool: psycopg_pool.ConnectionPool) -> None:
-    """``apply_schema``, run again when it lost a race with a broker creating the tables of another
-    component: ``CREATE TABLE IF NOT EXISTS schema_versions`` is not safe against a concurrent
-    creator (it fails with a unique violation on the catalog), and each component takes its own lock.
-    The failed attempt rolled back, and the next one finds the table."""
-    for attempt in range(_RETRIES + 1):
-        try:
-            apply_schema(pool, _COMPONENT, _MIGRATIONS)
-            return
-        except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateTable, *RETRIABLE_ERRORS):
-            if attempt == _RETRIES:
-                raise
-            time.sleep(random.uniform(0.01, 0.1))
-
-
-class PostgresMetadataStore:
+class PostgresMetadataStore(PooledStore):
     """Metadata log, controller lease and cluster id in one PostgreSQL database.
 
     ``timeout`` bounds, in seconds, how long a call waits for a connection (and each connection
@@ -114,57 +84,14 @@ class PostgresMetadataStore:
     """
 
     def __init__(self, url: str, *, timeout: float = 10.0, max_connections: int = 4) -> None:
-        self._where = redact(url)
-        self._timeout_ms = max(1, int(timeout * 1000))
-        self._prepared: weakref.WeakSet[psycopg.Connection] = weakref.WeakSet()
-        try:
-            self._pool = open_pool(url, name="shoal-metadata", max_size=max_connections, timeout=timeout)
-        except UNAVAILABLE_ERRORS as exc:
-            raise psycopg.OperationalError(f"the metadata store at {self._where} is unavailable: {exc}") from exc
-        # The pool retries a lost connection with a doubling back-off for ``reconnect_timeout`` (5
-        # minutes by default) before it gives up and lets the next call start afresh: after an outage
-        # the store would stay unusable for up to that long once the server is back. Bounded to
-        # ``timeout``, the store is usable again within about ``timeout`` of the server's return.
-        self._pool.reconnect_timeout = timeout
-        try:
-            _apply_schema(self._pool)
-        except UNAVAILABLE_ERRORS as exc:
-            self._pool.close()
-            raise psycopg.OperationalError(f"the metadata store at {self._where} is unavailable: {exc}") from exc
-        except BaseException:
-            self._pool.close()
-            raise
-
-    def close(self) -> None:
-        self._pool.close()
-
-    def _run(self, what: str, work: Callable[[psycopg.Connection], T]) -> T:
-        """``work`` on a pooled connection; retries deadlocks, names the store on unavailability."""
-        for attempt in range(_RETRIES + 1):
-            try:
-                with self._pool.connection() as conn:
-                    self._prepare(conn)
-                    return work(conn)
-            except RETRIABLE_ERRORS:
-                if attempt == _RETRIES:
-                    raise
-                time.sleep(random.uniform(0.005, 0.05) * (attempt + 1))
-            except UNAVAILABLE_ERRORS as exc:
-                raise psycopg.OperationalError(
-                    f"the metadata store at {self._where} is unavailable ({what}): {exc}"
-                ) from exc
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _prepare(self, conn: psycopg.Connection) -> None:
-        """Bound lock waits, and let the server end a transaction whose client vanished mid-way
-        (it would otherwise hold the lease row, and so every other broker's appends, until TCP
-        noticed)."""
-        if conn in self._prepared:
-            return
-        conn.execute(
-            f"SET lock_timeout = {self._timeout_ms}; SET idle_in_transaction_session_timeout = {self._timeout_ms}"
+        super().__init__(
+            url,
+            what="metadata store",
+            component=_COMPONENT,
+            migrations=_MIGRATIONS,
+            timeout=timeout,
+            max_connections=max_connections,
         )
-        self._prepared.add(conn)
 
     def cluster_id(self) -> str:
         """The cluster id, created on first use (once, however many brokers ask at the same time)."""
@@ -230,10 +157,13 @@ class PostgresMetadataStore:
                 assert max_row is not None
                 last = int(max_row[0])
                 if encoded:
-                    with conn.cursor() as cur, cur.copy(
-                        'COPY metadata_log ("offset", controller_epoch, record_type, payload, appended_at) '
-                        "FROM STDIN"
-                    ) as copy:
+                    with (
+                        conn.cursor() as cur,
+                        cur.copy(
+                            'COPY metadata_log ("offset", controller_epoch, record_type, payload, appended_at) '
+                            "FROM STDIN"
+                        ) as copy,
+                    ):
                         for record_type, payload in encoded:
                             last += 1
                             copy.write_row((last, controller_epoch, record_type, payload, now))
