@@ -15,7 +15,8 @@ retries, unavailability as CoordinatorUnavailableError, ``base``):
 
 from __future__ import annotations
 
-from shoal.store.postgres.coordinator.commit import PRODUCER_STATE_BATCHES, CommitMixin
+from shoal.coordinator.idempotence import PRODUCER_STATE_BATCHES
+from shoal.store.postgres.coordinator.commit import CommitMixin
 from shoal.store.postgres.coordinator.compaction import CompactionMixin
 from shoal.store.postgres.coordinator.delete import DeleteMixin
 from shoal.store.postgres.coordinator.find import FindMixin

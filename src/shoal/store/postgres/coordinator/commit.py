@@ -16,22 +16,20 @@ log rows are locked.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import psycopg
 
 from shoal.coordinator.api import CommitBatchRequest, CommitBatchResponse
+from shoal.coordinator.idempotence import (
+    NO_PRODUCER,
+    ProducerEntry,
+    ProducerState,
+    check_sequence,
+    rejected,
+)
 from shoal.protocol.errors import ErrorCode
 from shoal.records.types import TimestampType
 from shoal.store.postgres.coordinator.base import CoordinatorBase
 from shoal.store.postgres.coordinator.logs import LogKey, LogState, locked_logs, queue_lock_logs
-
-#: Kafka keeps the metadata of the last 5 batches per producer for deduplication
-#: (it is also the client's max.in.flight.requests.per.connection for idempotence).
-PRODUCER_STATE_BATCHES = 5
-
-_INT32_MAX = 2**31 - 1
-_NO_PRODUCER = -1
 
 _PRODUCERS_SQL = """
 SELECT p.log_id, p.producer_id, p.row_id, p.producer_epoch, p.base_sequence, p.last_sequence,
@@ -95,53 +93,6 @@ _TRIM_ARRAYS = ("t_log", "t_pid", "t_first")
 _PRODUCER_ARRAYS = ("p_log", "p_pid", "p_row", "p_epoch", "p_base_seq", "p_last_seq", "p_offset", "p_time")
 
 
-def _next_sequence(sequence: int) -> int:
-    """Kafka's sequence successor: int32 sequences wrap from 2**31-1 to 0."""
-    return 0 if sequence >= _INT32_MAX else sequence + 1
-
-
-@dataclass(slots=True)
-class _ProducerEntry:
-    row_id: int
-    epoch: int
-    base_sequence: int
-    last_sequence: int
-    assigned_offset: int
-    log_append_time: int
-    new: bool = False
-
-
-@dataclass(slots=True)
-class _ProducerState:
-    """The last batches of one producer on one partition, as Kafka's ProducerStateEntry."""
-
-    entries: list[_ProducerEntry] = field(default_factory=list)
-    dirty: bool = False
-
-    @property
-    def epoch(self) -> int:
-        return self.entries[-1].epoch if self.entries else _NO_PRODUCER
-
-    @property
-    def next_row_id(self) -> int:
-        return self.entries[-1].row_id + 1 if self.entries else 0
-
-    def find_duplicate(self, epoch: int, base_sequence: int, last_sequence: int) -> _ProducerEntry | None:
-        if epoch != self.epoch:
-            return None
-        for entry in self.entries:
-            if entry.base_sequence == base_sequence and entry.last_sequence == last_sequence:
-                return entry
-        return None
-
-    def append(self, entry: _ProducerEntry, reset: bool) -> None:
-        if reset:
-            self.entries.clear()
-        self.entries.append(entry)
-        del self.entries[:-PRODUCER_STATE_BATCHES]
-        self.dirty = True
-
-
 class _Rows:
     """Columns of the batches to insert, as the arrays ``_WRITE_SQL`` unnests."""
 
@@ -179,7 +130,7 @@ class CommitMixin(CoordinatorBase):
             dict.fromkeys(
                 (key[0], key[1], b.producer_id)
                 for key, b in zip(keys, batches, strict=True)
-                if b.producer_id != _NO_PRODUCER
+                if b.producer_id != NO_PRODUCER
             )
         )
 
@@ -230,15 +181,15 @@ class CommitMixin(CoordinatorBase):
         return self._transaction("commit_file", work)
 
 
-def _load_producers(cur: psycopg.Cursor | None) -> dict[tuple[int, int], _ProducerState]:
-    producers: dict[tuple[int, int], _ProducerState] = {}
+def _load_producers(cur: psycopg.Cursor | None) -> dict[tuple[int, int], ProducerState]:
+    producers: dict[tuple[int, int], ProducerState] = {}
     if cur is None:
         return producers
     for log_id, producer_id, *entry in cur.fetchall():
         state = producers.get((log_id, producer_id))
         if state is None:
-            state = producers[(log_id, producer_id)] = _ProducerState()
-        state.entries.append(_ProducerEntry(*entry))
+            state = producers[(log_id, producer_id)] = ProducerState()
+        state.entries.append(ProducerEntry(*entry))
     return producers
 
 
@@ -246,7 +197,7 @@ def _assign(
     batches: list[CommitBatchRequest],
     keys: list[LogKey],
     logs: dict[LogKey, LogState],
-    producers: dict[tuple[int, int], _ProducerState],
+    producers: dict[tuple[int, int], ProducerState],
     now: int,
     file_size: int,
 ) -> tuple[list[CommitBatchResponse], _Rows, int]:
@@ -257,7 +208,7 @@ def _assign(
     for req, key in zip(batches, keys, strict=True):
         log = logs.get(key)
         if log is None:
-            responses.append(_rejected(ErrorCode.unknown_topic_or_partition, -1, req))
+            responses.append(rejected(ErrorCode.unknown_topic_or_partition, -1, req))
             continue
         if (
             req.last_offset < req.base_offset
@@ -265,16 +216,16 @@ def _assign(
             or req.byte_offset < 0
             or req.byte_offset + req.size > file_size
         ):
-            responses.append(_rejected(ErrorCode.corrupt_message, log.log_start_offset, req))
+            responses.append(rejected(ErrorCode.corrupt_message, log.log_start_offset, req))
             continue
 
-        state: _ProducerState | None = None
+        state: ProducerState | None = None
         reset = False
-        if req.producer_id != _NO_PRODUCER:
+        if req.producer_id != NO_PRODUCER:
             pkey = (log.log_id, req.producer_id)
             state = producers.get(pkey)
             if state is None:
-                state = producers[pkey] = _ProducerState()
+                state = producers[pkey] = ProducerState()
             duplicate = state.find_duplicate(req.producer_epoch, req.base_sequence, req.last_sequence)
             if duplicate is not None:
                 responses.append(
@@ -288,9 +239,9 @@ def _assign(
                     )
                 )
                 continue
-            error, reset = _check_sequence(state, req)
+            error, reset = check_sequence(state, req)
             if error is not ErrorCode.none:
-                responses.append(_rejected(error, log.log_start_offset, req))
+                responses.append(rejected(error, log.log_start_offset, req))
                 continue
 
         base_offset = log.high_watermark
@@ -319,7 +270,7 @@ def _assign(
         )
         if state is not None:
             state.append(
-                _ProducerEntry(
+                ProducerEntry(
                     row_id=state.next_row_id,
                     epoch=req.producer_epoch,
                     base_sequence=req.base_sequence,
@@ -344,7 +295,7 @@ def _assign(
 
 
 def _producer_changes(
-    producers: dict[tuple[int, int], _ProducerState],
+    producers: dict[tuple[int, int], ProducerState],
 ) -> tuple[list[list[int]], list[list[int]]]:
     """The columns of the producer state to trim (log, producer, first row kept) and to insert."""
     trims: list[list[int]] = [[] for _ in _TRIM_ARRAYS]
@@ -371,27 +322,3 @@ def _producer_changes(
     return trims, inserts
 
 
-def _rejected(error: ErrorCode, log_start_offset: int, req: CommitBatchRequest) -> CommitBatchResponse:
-    return CommitBatchResponse(
-        errors=error,
-        assigned_base_offset=-1,
-        log_append_time=-1,
-        log_start_offset=log_start_offset,
-        is_duplicate=False,
-        request=req,
-    )
-
-
-def _check_sequence(state: _ProducerState, req: CommitBatchRequest) -> tuple[ErrorCode, bool]:
-    """Kafka's ProducerAppendInfo checks for a non-duplicate batch: (error, resets state)."""
-    if not state.entries:
-        return ErrorCode.none, False
-    if req.producer_epoch < state.epoch:
-        return ErrorCode.invalid_producer_epoch, False
-    if req.producer_epoch > state.epoch:
-        if req.base_sequence != 0:
-            return ErrorCode.out_of_order_sequence_number, False
-        return ErrorCode.none, True
-    if req.base_sequence != _next_sequence(state.entries[-1].last_sequence):
-        return ErrorCode.out_of_order_sequence_number, False
-    return ErrorCode.none, False

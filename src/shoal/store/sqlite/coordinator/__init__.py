@@ -13,7 +13,8 @@ concern, each a mixin over ``CoordinatorBase`` (the connections, ``base``):
 
 from __future__ import annotations
 
-from shoal.store.sqlite.coordinator.commit import PRODUCER_STATE_BATCHES, CommitMixin
+from shoal.coordinator.idempotence import PRODUCER_STATE_BATCHES
+from shoal.store.sqlite.coordinator.commit import CommitMixin
 from shoal.store.sqlite.coordinator.compaction import CompactionMixin
 from shoal.store.sqlite.coordinator.delete import DeleteMixin
 from shoal.store.sqlite.coordinator.find import FindMixin

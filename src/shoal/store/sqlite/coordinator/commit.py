@@ -7,24 +7,19 @@ deletion paths.
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from shoal.coordinator.api import CommitBatchRequest, CommitBatchResponse
+from shoal.coordinator.idempotence import (
+    NO_PRODUCER,
+    ProducerEntry,
+    ProducerState,
+    check_sequence,
+    rejected,
+)
 from shoal.protocol.errors import ErrorCode
 from shoal.records.types import TimestampType
 from shoal.store.sqlite.coordinator.base import CoordinatorBase
-
-#: Kafka keeps the metadata of the last 5 batches per producer for deduplication
-#: (it is also the client's max.in.flight.requests.per.connection for idempotence).
-PRODUCER_STATE_BATCHES = 5
-
-_INT32_MAX = 2**31 - 1
-_NO_PRODUCER = -1
-
-
-def _next_sequence(sequence: int) -> int:
-    """Kafka's sequence successor: int32 sequences wrap from 2**31-1 to 0."""
-    return 0 if sequence >= _INT32_MAX else sequence + 1
 
 
 @dataclass(slots=True)
@@ -37,45 +32,6 @@ class LogState:
     byte_size: int
     max_timestamp: int
     dirty: bool = False
-
-
-@dataclass(slots=True)
-class _ProducerEntry:
-    row_id: int
-    epoch: int
-    base_sequence: int
-    last_sequence: int
-    assigned_offset: int
-    log_append_time: int
-    new: bool = False
-
-
-@dataclass(slots=True)
-class _ProducerState:
-    """The last batches of one producer on one partition, as Kafka's ProducerStateEntry."""
-
-    entries: list[_ProducerEntry] = field(default_factory=list)
-    next_row_id: int = 0
-    dirty: bool = False
-
-    @property
-    def epoch(self) -> int:
-        return self.entries[-1].epoch if self.entries else _NO_PRODUCER
-
-    def find_duplicate(self, epoch: int, base_sequence: int, last_sequence: int) -> _ProducerEntry | None:
-        if epoch != self.epoch:
-            return None
-        for entry in self.entries:
-            if entry.base_sequence == base_sequence and entry.last_sequence == last_sequence:
-                return entry
-        return None
-
-    def append(self, entry: _ProducerEntry, reset: bool) -> None:
-        if reset:
-            self.entries.clear()
-        self.entries.append(entry)
-        del self.entries[:-PRODUCER_STATE_BATCHES]
-        self.dirty = True
 
 
 def load_log(conn: sqlite3.Connection, key: tuple[bytes, int]) -> LogState | None:
@@ -119,7 +75,7 @@ class CommitMixin(CoordinatorBase):
                 "SELECT next_value FROM diskless_id_sequences WHERE name = 'batch_id'"
             ).fetchone()[0]
             logs: dict[tuple[bytes, int], LogState | None] = {}
-            producers: dict[tuple[int, int], _ProducerState] = {}
+            producers: dict[tuple[int, int], ProducerState] = {}
             batch_rows: list[tuple[int, ...]] = []
             used_size = 0
 
@@ -131,7 +87,7 @@ class CommitMixin(CoordinatorBase):
                 else:
                     log = logs[key] = load_log(conn, key)
                 if log is None:
-                    responses.append(_rejected(ErrorCode.unknown_topic_or_partition, -1, req))
+                    responses.append(rejected(ErrorCode.unknown_topic_or_partition, -1, req))
                     continue
                 if (
                     req.last_offset < req.base_offset
@@ -139,12 +95,12 @@ class CommitMixin(CoordinatorBase):
                     or req.byte_offset < 0
                     or req.byte_offset + req.size > file_size
                 ):
-                    responses.append(_rejected(ErrorCode.corrupt_message, log.log_start_offset, req))
+                    responses.append(rejected(ErrorCode.corrupt_message, log.log_start_offset, req))
                     continue
 
-                state: _ProducerState | None = None
+                state: ProducerState | None = None
                 reset = False
-                if req.producer_id != _NO_PRODUCER:
+                if req.producer_id != NO_PRODUCER:
                     pkey = (log.log_id, req.producer_id)
                     state = producers.get(pkey)
                     if state is None:
@@ -162,9 +118,9 @@ class CommitMixin(CoordinatorBase):
                             )
                         )
                         continue
-                    error, reset = _check_sequence(state, req)
+                    error, reset = check_sequence(state, req)
                     if error is not ErrorCode.none:
-                        responses.append(_rejected(error, log.log_start_offset, req))
+                        responses.append(rejected(error, log.log_start_offset, req))
                         continue
 
                 base_offset = log.high_watermark
@@ -201,7 +157,7 @@ class CommitMixin(CoordinatorBase):
                 next_batch_id += 1
                 if state is not None:
                     state.append(
-                        _ProducerEntry(
+                        ProducerEntry(
                             row_id=state.next_row_id,
                             epoch=req.producer_epoch,
                             base_sequence=req.base_sequence,
@@ -212,7 +168,6 @@ class CommitMixin(CoordinatorBase):
                         ),
                         reset,
                     )
-                    state.next_row_id += 1
                 responses.append(
                     CommitBatchResponse(
                         errors=ErrorCode.none,
@@ -258,9 +213,9 @@ class CommitMixin(CoordinatorBase):
         return responses
 
     @staticmethod
-    def _load_producer(conn: sqlite3.Connection, pkey: tuple[int, int]) -> _ProducerState:
+    def _load_producer(conn: sqlite3.Connection, pkey: tuple[int, int]) -> ProducerState:
         entries = [
-            _ProducerEntry(*row)
+            ProducerEntry(*row)
             for row in conn.execute(
                 "SELECT row_id, producer_epoch, base_sequence, last_sequence, assigned_offset, "
                 "log_append_time FROM diskless_producer_state WHERE log_id = ? AND producer_id = ? "
@@ -268,10 +223,10 @@ class CommitMixin(CoordinatorBase):
                 pkey,
             )
         ]
-        return _ProducerState(entries=entries, next_row_id=entries[-1].row_id + 1 if entries else 0)
+        return ProducerState(entries=entries)
 
     @staticmethod
-    def _save_producers(conn: sqlite3.Connection, producers: dict[tuple[int, int], _ProducerState]) -> None:
+    def _save_producers(conn: sqlite3.Connection, producers: dict[tuple[int, int], ProducerState]) -> None:
         """Write the kept entries of changed producers and drop everything older."""
         deletes: list[tuple[int, int, int]] = []
         inserts: list[tuple[int, ...]] = []
@@ -299,27 +254,3 @@ class CommitMixin(CoordinatorBase):
         conn.executemany("INSERT INTO diskless_producer_state VALUES (?, ?, ?, ?, ?, ?, ?, ?)", inserts)
 
 
-def _rejected(error: ErrorCode, log_start_offset: int, req: CommitBatchRequest) -> CommitBatchResponse:
-    return CommitBatchResponse(
-        errors=error,
-        assigned_base_offset=-1,
-        log_append_time=-1,
-        log_start_offset=log_start_offset,
-        is_duplicate=False,
-        request=req,
-    )
-
-
-def _check_sequence(state: _ProducerState, req: CommitBatchRequest) -> tuple[ErrorCode, bool]:
-    """Kafka's ProducerAppendInfo checks for a non-duplicate batch: (error, resets state)."""
-    if not state.entries:
-        return ErrorCode.none, False
-    if req.producer_epoch < state.epoch:
-        return ErrorCode.invalid_producer_epoch, False
-    if req.producer_epoch > state.epoch:
-        if req.base_sequence != 0:
-            return ErrorCode.out_of_order_sequence_number, False
-        return ErrorCode.none, True
-    if req.base_sequence != _next_sequence(state.entries[-1].last_sequence):
-        return ErrorCode.out_of_order_sequence_number, False
-    return ErrorCode.none, False
