@@ -61,7 +61,18 @@ def open_pool(
         name=name,
         timeout=timeout,
         check=psycopg_pool.ConnectionPool.check_connection,
-        kwargs={"autocommit": True, "connect_timeout": max(1, int(timeout))},
+        kwargs={
+            "autocommit": True,
+            "connect_timeout": max(1, int(timeout)),
+            # A server that vanished without closing the connection (host down, network cut) is
+            # noticed within about ``timeout`` instead of TCP's many minutes: keepalive probes on
+            # an idle connection, and a bound on unacknowledged sends while a request is out.
+            "keepalives": 1,
+            "keepalives_idle": max(1, int(timeout / 2)),
+            "keepalives_interval": max(1, int(timeout / 6)),
+            "keepalives_count": 3,
+            "tcp_user_timeout": max(1000, int(timeout * 1000)),
+        },
         reconnect_timeout=timeout,
         open=False,
     )
