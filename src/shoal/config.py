@@ -110,6 +110,30 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
         ),
         ConfigDef("broker.rack", ConfigType.STRING, None, "The rack (availability zone) of this broker."),
         ConfigDef(
+            "broker.heartbeat.interval.ms",
+            ConfigType.INT,
+            2000,
+            "How often a broker heartbeats into the metadata store's broker registry; the active "
+            "controller checks the registry (and renews its lease) at the same interval.",
+            at_least(1),
+        ),
+        ConfigDef(
+            "broker.session.timeout.ms",
+            ConfigType.INT,
+            9000,
+            "A broker that has not heartbeated for this long is fenced: clients are no longer sent "
+            "to it. Also the controller lease's length, so a standby controller takes over within it.",
+            at_least(1),
+        ),
+        ConfigDef(
+            "offsets.topic.num.partitions",
+            ConfigType.INT,
+            50,
+            "How many coordinator partitions groups are spread over (Kafka's `__consumer_offsets` "
+            "partitions): a group's coordinator is the broker that owns its partition.",
+            at_least(1),
+        ),
+        ConfigDef(
             "num.partitions", ConfigType.INT, 1, "Default number of partitions of a new topic.", at_least(1)
         ),
         ConfigDef(

@@ -46,17 +46,19 @@ class Member(InProcessMember, threading.Thread):
             self.crash = exc
             return
         try:
-            # Topic metadata first. Otherwise the leader may compute the first assignment without
-            # it, must rejoin once it arrives, and kafka-python 3.0.12 can orphan that rejoin:
-            # when a poll() times out mid-join and the leader's assignment snapshot has caught
-            # up by the next poll, need_rejoin() is False, the in-flight SyncGroup result is
-            # never applied and the member stays "rebalancing" without heartbeats until its
-            # session expires (seen here; the broker answered every request).
+            # kafka-python 3.0.12 can orphan a rejoin: when poll() times out mid-join and by the
+            # next poll need_rejoin() is False, the in-flight SyncGroup result is never applied and
+            # the member stays "rebalancing" without heartbeats until its session expires (seen
+            # here; the broker answered every request). The leader rejoins once when its metadata
+            # snapshot (built only for subscribed topics, so empty before the first metadata
+            # answer after subscribe) changes under its first assignment. A poll timeout far
+            # above a join's length (bounded by the other members' 1 s heartbeats) keeps every
+            # join inside one poll; poll() still returns as soon as records arrive.
             consumer.partitions_for_topic(self.topic)
             consumer.subscribe([self.topic], listener=_Listener(self.rec))
             self.rec.add("S", text="subscribed")
             while not self.stopping.is_set():
-                batch = consumer.poll(timeout_ms=1000)  # long enough for a join to finish inside it
+                batch = consumer.poll(timeout_ms=5000)
                 offsets = self.processed(batch)
                 if offsets:
                     try:

@@ -23,13 +23,16 @@ from shoal.metadata.controller import (
     validate_topic_name,
 )
 from shoal.metadata.image import MetadataImage
+from shoal.metadata.log import MetadataConflictError
 from shoal.metadata.records import (
     ConfigRecord,
+    FenceBrokerRecord,
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
     TopicRecord,
+    UnfenceBrokerRecord,
     decode_record,
     encode_record,
 )
@@ -53,16 +56,25 @@ def store(db: Path):
     s.close()
 
 
+def add_broker(
+    store: SqliteMetadataStore, node_id: int, rack: str | None = None, fenced: bool = False
+) -> int:
+    """Put a broker in the image as the controller's fencing would (right after the log's end)."""
+    last = MetadataCache(store).catch_up().offset
+    return store.append(
+        [RegisterBrokerRecord(node_id, f"host{node_id}", 9092, rack, fenced=fenced)], last, node_id
+    )
+
+
 def make_controller(
     store: SqliteMetadataStore, brokers: tuple[int, ...] = (1,), **raw: str
 ) -> tuple[Controller, MetadataCache]:
     config = Config.from_raw({"node.id": "1", "diskless.system.enable": "true", **raw})
     cache = MetadataCache(store)
-    controller = Controller(store, config, cache.catch_up)
     for node in brokers:
-        controller.register_broker(node, f"host{node}", 9092, None)
+        add_broker(store, node)
     cache.catch_up()
-    return controller, cache
+    return Controller(store, config, cache.catch_up), cache
 
 
 @contextmanager
@@ -83,6 +95,9 @@ ALL_RECORDS = [
     ConfigRecord(ConfigRecord.BROKER, "1", "log.retention.ms", None),
     RegisterBrokerRecord(1, "broker-1.local", 9092, "az-1", uuid.UUID(int=42)),
     RegisterBrokerRecord(2, "broker-2.local", 19092, None),
+    RegisterBrokerRecord(3, "broker-3.local", 9092, None, fenced=False),
+    FenceBrokerRecord(3),
+    UnfenceBrokerRecord(3),
     ProducerIdsRecord(1, 5000),
 ]
 
@@ -104,6 +119,17 @@ def test_decode_fills_defaults_for_fields_missing_from_old_payloads() -> None:
     record = decode_record("PartitionRecord", payload)
     assert record == PartitionRecord(TOPIC_ID, 0, (1,), (1,), 1, 0, 0)
     assert isinstance(record.replicas, tuple)
+
+
+def test_a_broker_registered_by_an_older_version_starts_fenced() -> None:
+    """Payloads written before fencing existed lack ``fenced``: such a broker is fenced, as a new
+    registration is, until the controller sees it heartbeat."""
+    payload = json.dumps(
+        {"node_id": 1, "host": "h", "port": 9092, "rack": None, "incarnation_id": str(TOPIC_ID)}
+    )
+    assert decode_record("RegisterBrokerRecord", payload) == RegisterBrokerRecord(
+        1, "h", 9092, None, TOPIC_ID, True
+    )
 
 
 # The metadata store's contract (log, lease, cluster id) runs on every backend in
@@ -219,6 +245,31 @@ def test_image_brokers_broker_configs_and_producer_ids() -> None:
     assert dict(image.broker_configs["1"]) == {}
     assert image.next_producer_id == 3000
     assert image.apply([]).offset == 7
+
+
+def test_image_fences_and_unfences_brokers() -> None:
+    inc = uuid.UUID(int=7)
+    image = MetadataImage().apply(
+        [
+            (0, RegisterBrokerRecord(1, "h1", 9092, "az-a", inc)),  # registered fenced by default
+            (1, RegisterBrokerRecord(2, "h2", 9092, None, fenced=False)),
+            (2, RegisterBrokerRecord(3, "h3", 9092, None, fenced=False)),
+        ]
+    )
+    assert image.brokers[1].fenced and image.brokers[1].incarnation_id == inc
+    assert [b.node_id for b in image.alive_brokers()] == [2, 3]
+    image = image.apply([(3, UnfenceBrokerRecord(1)), (4, FenceBrokerRecord(3)), (5, FenceBrokerRecord(9))])
+    assert [b.node_id for b in image.alive_brokers()] == [1, 2]
+    assert image.brokers[3].fenced and 9 not in image.brokers  # fencing an unknown broker is ignored
+    assert (image.brokers[1].host, image.brokers[1].rack, image.brokers[1].incarnation_id) == (
+        "h1",
+        "az-a",
+        inc,
+    )
+    # A new registration replaces the broker, fenced again until it heartbeats.
+    image = image.apply([(6, RegisterBrokerRecord(1, "h1", 9092, "az-a"))])
+    assert image.brokers[1].fenced and image.brokers[1].incarnation_id != inc
+    assert [b.node_id for b in image.alive_brokers()] == [2]
 
 
 # --------------------------------------------------------------------------- controller
@@ -408,7 +459,73 @@ def test_delete_topic(store: SqliteMetadataStore) -> None:
     assert list(cache.catch_up().topic("t").partitions) == [0]
 
 
-def test_second_node_cannot_become_controller_while_lease_is_held(store: SqliteMetadataStore) -> None:
-    make_controller(store)
-    with pytest.raises(RuntimeError, match="lease"):
-        Controller(store, Config.from_raw({"node.id": "2"}), MetadataCache(store).catch_up)
+def test_fenced_brokers_get_no_new_replicas(store: SqliteMetadataStore) -> None:
+    controller, cache = make_controller(store, brokers=(1, 2))
+    add_broker(store, 3, fenced=True)
+    with kafka_error(ErrorCode.invalid_replication_factor, "only 2 broker\\(s\\) are registered"):
+        controller.create_topic(NewTopic("t", 1, 3, configs=DISKLESS))
+    controller.create_topic(NewTopic("t", 4, 2, configs=DISKLESS))
+    partitions = cache.catch_up().topic("t").partitions
+    assert [partitions[p].replicas for p in range(4)] == [(1, 2), (2, 1), (1, 2), (2, 1)]
+    new, _ = controller.create_partitions("t", 6, None, validate_only=False)
+    assert new == [4, 5]
+    partitions = cache.catch_up().topic("t").partitions
+    assert {b for p in partitions.values() for b in p.replicas} == {1, 2}
+
+
+def test_classic_topics_have_one_replica_for_now(store: SqliteMetadataStore) -> None:
+    controller, cache = make_controller(store, brokers=(1, 2))
+    with kafka_error(ErrorCode.invalid_replication_factor, "replication factor 1"):
+        controller.create_topic(NewTopic("c", 1, 2))
+    with kafka_error(ErrorCode.invalid_replication_factor):
+        controller.create_topic(NewTopic("c", assignments={0: [1, 2]}))
+    assert cache.catch_up().topic("c") is None
+    controller.create_topic(NewTopic("c", 1, 1))
+
+
+def test_two_brokers_deciding_changes_on_one_store(store: SqliteMetadataStore) -> None:
+    """Any broker decides topic changes: the second to append after the same image is refused
+    (compare-and-append) and decides again on the newer image."""
+    first, first_cache = make_controller(store, brokers=(1, 2))
+    second_cache = MetadataCache(store)
+    race: list[NewTopic] = []
+
+    def second_image() -> MetadataImage:
+        """Broker 2 catches up, and broker 1 appends while broker 2 is still deciding."""
+        image = second_cache.catch_up()
+        if race:
+            first.create_topic(race.pop())
+        return image
+
+    config = Config.from_raw({"node.id": "2", "diskless.system.enable": "true"})
+    second = Controller(store, config, second_image)
+
+    # Both create topics, one after the other.
+    first.create_topic(NewTopic("a", 1))
+    second.create_topic(NewTopic("b", 1))
+    assert set(first_cache.catch_up().topics_by_name) == {"a", "b"}
+
+    # Broker 1 appends between broker 2's catch-up and its append: broker 2 wrote nothing.
+    race.append(NewTopic("c", 1))
+    before = store.read(0)
+    with pytest.raises(MetadataConflictError):
+        second.create_topic(NewTopic("d", 2))
+    after = store.read(0)
+    assert after[: len(before)] == before
+    assert {r.name for _, r in after[len(before) :] if isinstance(r, TopicRecord)} == {"c"}
+    created, offset = second.create_topic(NewTopic("d", 2))  # the retry decides on the newer image
+    assert (
+        offset == first_cache.catch_up().offset and first_cache.image.topic("d").topic_id == created.topic_id
+    )
+
+    # Both decide to create "e" on the same image: one wins, the other's retry finds it exists.
+    race.append(NewTopic("e", 1))
+    with pytest.raises(MetadataConflictError):
+        second.create_topic(NewTopic("e", 3))
+    with kafka_error(ErrorCode.topic_already_exists, "Topic 'e' already exists."):
+        second.create_topic(NewTopic("e", 3))
+    image = first_cache.catch_up()
+    assert sorted(image.topics_by_name) == ["a", "b", "c", "d", "e"]
+    assert len(image.topic("e").partitions) == 1  # broker 1's topic, not broker 2's
+    with kafka_error(ErrorCode.topic_already_exists):
+        first.create_topic(NewTopic("d", 1))

@@ -15,6 +15,7 @@ import pytest
 from shoal.config import Config
 from shoal.metadata.cache import MetadataCache
 from shoal.metadata.controller import Controller, NewTopic
+from shoal.metadata.records import RegisterBrokerRecord
 from shoal.objects.factory import open_object_storage
 from shoal.objects.faulty import Fault, FaultyObjectStorage
 from shoal.observability.metrics import BrokerMetrics
@@ -61,8 +62,10 @@ async def node(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[
     stores = await run_blocking(open_stores, config)
     metadata = MetadataCache(stores.metadata)
     await run_blocking(metadata.catch_up)
-    controller = await run_blocking(Controller, stores.metadata, config, metadata.catch_up)
-    await run_blocking(controller.register_broker, 1, "127.0.0.1", 9092, None)
+    controller = Controller(stores.metadata, config, metadata.catch_up)
+    # This broker, unfenced in the image (as the controller's fencing would write it).
+    register = RegisterBrokerRecord(1, "127.0.0.1", 9092, None, fenced=False)
+    await run_blocking(stores.metadata.append, [register], metadata.image.offset, 1)
     await run_blocking(metadata.catch_up)
     storage = FaultyObjectStorage(open_object_storage(object_storage_url(config)))
     partitions = build_partitions(

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
 import pytest
 
-from shoal.metadata.log import FencedControllerError
+from shoal.metadata.log import DuplicateBrokerError, MetadataConflictError
 from shoal.metadata.records import ProducerIdsRecord
 from shoal.store.groups import CommittedOffset, PutGroup, PutOffsets, StoredGroup
 from shoal.store.postgres.groups import PostgresGroupStore
@@ -104,62 +105,71 @@ def test_racing_for_the_lease_has_exactly_one_winner_each_round(brokers) -> None
         assert a.renew_lease(node, epoch, -1_000)  # the winner's lease lapses: the next round is open
 
 
-def test_a_stale_controller_is_fenced_and_offsets_stay_gapless(brokers) -> None:
-    """Node 1 appends from two threads while node 2 takes its lapsed lease and appends from two
-    threads: once node 2 holds the lease, node 1 writes nothing more, and the log is one gapless run
-    of node 1's records followed by node 2's."""
+def test_concurrent_compare_and_appends_never_interleave_or_lose_an_acknowledged_append(brokers) -> None:
+    """Six deciders on two brokers' stores append two-record batches, each right after the end of
+    the log as it last saw it, catching up and retrying on a conflict. Every acknowledged append
+    landed exactly where it was decided, whole; refused ones wrote nothing; offsets are gapless."""
     a, b = brokers
-    old = a.acquire_lease(1, 300)
-    assert old == 1
-    appended: dict[int, list[tuple[int, int]]] = {1: [], 2: []}  # node -> [(offset, value)]
-    fenced = threading.Event()
+    per_thread = 40
+    acked: list[tuple[int, int, int]] = []  # (after_offset, returned last offset, value)
+    conflicts = [0]
     lock = threading.Lock()
 
-    def old_controller(thread: int) -> None:
-        value = thread * 1_000_000
-        while True:
-            value += 1
-            try:
-                offset = a.append([ProducerIdsRecord(1, value)], old)
-            except FencedControllerError:
-                fenced.set()
-                return
-            with lock:
-                appended[1].append((offset, value))
+    def decider(thread: int) -> None:
+        store = a if thread % 2 else b
+        last = -1  # every decider starts from the empty log at the same moment: one wins, the rest conflict
+        for n in range(per_thread):
+            value = thread * 1_000_000 + n + 1
+            while True:
+                try:
+                    batch = [ProducerIdsRecord(thread, value), ProducerIdsRecord(thread, -value)]
+                    offset = store.append(batch, last, thread)
+                except MetadataConflictError:
+                    with lock:
+                        conflicts[0] += 1
+                    newer = store.read(last + 1)  # catch up, then decide again
+                    assert newer, "a conflict means the log moved past the offset decided on"
+                    last = newer[-1][0]
+                    continue
+                with lock:
+                    acked.append((last, offset, value))
+                last = offset
+                break
 
-    def new_controller(thread: int) -> None:
-        deadline = time.monotonic() + 10
-        epoch = None
-        while epoch is None:  # node 1's lease lapses after 300 ms
-            assert time.monotonic() < deadline
-            epoch = b.acquire_lease(2, 30_000) if thread == 0 else _current_epoch(b, 2)
-            time.sleep(0.01)
-        value = 10_000_000 * (thread + 1)
-        for _ in range(100):
-            value += 1
-            offset = b.append([ProducerIdsRecord(2, value), ProducerIdsRecord(2, -value)], epoch)
-            with lock:
-                appended[2].append((offset - 1, value))
-
-    _in_threads(4, lambda i: old_controller(i) if i < 2 else new_controller(i - 2))
-    assert fenced.is_set() and appended[1], "node 1 appended, then was fenced"
+    _in_threads(6, decider)
+    assert conflicts[0] >= 5, "the deciders raced from the empty log: all but one conflicted"
     log = a.read(0, limit=100_000)
     assert [offset for offset, _ in log] == list(range(len(log))), "offsets are gapless"
-    nodes = [record.broker_id for _, record in log]
-    first_new = nodes.index(2)
-    assert set(nodes[:first_new]) == {1} and set(nodes[first_new:]) == {2}, "no stale append after the takeover"
-    assert sorted((o, r.next_producer_id) for o, r in log if r.broker_id == 1) == sorted(appended[1])
-    assert len(appended[2]) == 200 and len(log) == len(appended[1]) + 400
-    for offset, value in appended[2]:  # each batch of two landed together
-        assert log[offset][1] == ProducerIdsRecord(2, value) and log[offset + 1][1] == ProducerIdsRecord(2, -value)
+    assert len(acked) == 6 * per_thread and len(log) == 2 * len(acked), "refused appends wrote nothing"
+    assert len({offset for _, offset, _ in acked}) == len(acked), "every acknowledged offset is unique"
+    for after, offset, value in acked:  # each batch landed right after the offset decided on, together
+        assert offset == after + 2
+        node = value // 1_000_000
+        assert log[after + 1][1] == ProducerIdsRecord(node, value)
+        assert log[offset][1] == ProducerIdsRecord(node, -value)
+    assert b.read(0, limit=100_000) == log
 
 
-def _current_epoch(store: PostgresMetadataStore, node_id: int) -> int | None:
-    """The epoch ``node_id`` holds (found by renewing it), or None."""
-    for epoch in range(1, 10):
-        if store.renew_lease(node_id, epoch, 30_000):
-            return epoch
-    return None
+def test_the_first_appends_on_an_empty_database_race_safely(postgres_server: PostgresServer) -> None:
+    """No lease row exists yet (nobody took the lease): appenders create the row they lock on."""
+    for _ in range(3):
+        url = postgres_server.create_database()
+        stores = [PostgresMetadataStore(url, timeout=TIMEOUT) for _ in range(2)]
+        try:
+
+            def append_first(i: int, stores: list[PostgresMetadataStore] = stores) -> bool:
+                try:
+                    stores[i % 2].append([ProducerIdsRecord(i, i)], -1, i)
+                except MetadataConflictError:
+                    return False
+                return True
+
+            won = _in_threads(6, append_first)
+            assert won.count(True) == 1, won
+            assert stores[0].read(0) == [(0, ProducerIdsRecord(won.index(True), won.index(True)))]
+        finally:
+            for store in stores:
+                store.close()
 
 
 def test_cluster_id_is_created_once_by_brokers_starting_together(postgres_server: PostgresServer) -> None:
@@ -190,7 +200,7 @@ def test_brokers_creating_every_table_at_once(postgres_server: PostgresServer) -
         assert {"metadata", "group_coordinator"} <= schema_components(url)
         with psycopg.connect(url) as conn:
             versions = dict(conn.execute("SELECT component, version FROM schema_versions").fetchall())
-        assert versions["metadata"] == versions["group_coordinator"] == 1
+        assert (versions["metadata"], versions["group_coordinator"]) == (2, 1)
 
 
 def test_lease_expiry_is_on_the_database_clock(brokers, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -201,6 +211,19 @@ def test_lease_expiry_is_on_the_database_clock(brokers, monkeypatch: pytest.Monk
     monkeypatch.setattr(time, "time", lambda: real_time() + 3600)
     assert b.acquire_lease(2, 30_000) is None
     assert b.renew_lease(1, 1, 30_000)
+
+
+def test_broker_heartbeats_are_on_the_database_clock(brokers, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broker whose clock runs an hour ahead sees the others' heartbeats as fresh."""
+    a, b = brokers
+    a.register_broker(1, uuid.UUID(int=1), "h1", 9092, None, 30_000)
+    real_time = time.time
+    monkeypatch.setattr(time, "time", lambda: real_time() + 3600)
+    monkeypatch.setattr(time, "time_ns", lambda: int((real_time() + 3600) * 1e9))
+    (registration,) = b.broker_registrations()
+    assert registration.heartbeat_age_ms < 30_000
+    with pytest.raises(DuplicateBrokerError):
+        b.register_broker(1, uuid.UUID(int=2), "h2", 9092, None, 30_000)
 
 
 def test_group_stores_of_two_brokers_writing_the_same_rows(postgres_url: str) -> None:
@@ -240,7 +263,9 @@ def test_database_down_fails_calls_in_bounded_time_then_the_same_stores_recover(
     try:
         epoch = metadata.acquire_lease(1, 30_000)
         assert epoch is not None
-        metadata.append([ProducerIdsRecord(1, 1000)], epoch)
+        metadata.append([ProducerIdsRecord(1, 1000)], -1, 1)
+        incarnation = uuid.uuid4()
+        metadata.register_broker(1, incarnation, "h1", 9092, None, 30_000)
         groups.apply([PutOffsets("g", (_offset("t", 0, 1),))])
         cluster_id = metadata.cluster_id()
 
@@ -251,8 +276,10 @@ def test_database_down_fails_calls_in_bounded_time_then_the_same_stores_recover(
                 postgres_server.kill()
             calls: list[Callable[[], Any]] = [
                 lambda: metadata.read(0),
-                lambda: metadata.append([ProducerIdsRecord(1, 2000)], epoch),
+                lambda: metadata.append([ProducerIdsRecord(1, 2000)], 0, 1),
                 lambda: metadata.renew_lease(1, epoch, 30_000),
+                lambda: metadata.heartbeat_broker(1, incarnation),
+                metadata.broker_registrations,
                 metadata.cluster_id,
                 groups.load,
                 lambda: groups.apply([PutOffsets("g", (_offset("t", 0, 2),))]),
@@ -268,7 +295,8 @@ def test_database_down_fails_calls_in_bounded_time_then_the_same_stores_recover(
         # The same objects work again (their pools reconnect), and nothing committed was lost.
         assert _eventually(lambda: metadata.read(0), within=TIMEOUT + 5) == [(0, ProducerIdsRecord(1, 1000))]
         assert metadata.renew_lease(1, epoch, 30_000)
-        assert metadata.append([ProducerIdsRecord(1, 3000)], epoch) == 1
+        assert metadata.append([ProducerIdsRecord(1, 3000)], 0, 1) == 1
+        assert metadata.heartbeat_broker(1, incarnation)
         assert metadata.cluster_id() == cluster_id
         assert _eventually(groups.load, within=TIMEOUT + 5)[1] == {"g": [_offset("t", 0, 1)]}
         groups.apply([PutOffsets("g", (_offset("t", 0, 3),))])
@@ -282,16 +310,15 @@ def test_dropped_connections_are_replaced_without_an_error(postgres_url: str) ->
     metadata = PostgresMetadataStore(postgres_url, timeout=TIMEOUT)
     groups = PostgresGroupStore(postgres_url, timeout=TIMEOUT)
     try:
-        epoch = metadata.acquire_lease(1, 30_000)
-        assert epoch is not None
         groups.load()
+        metadata.read(0)
         with psycopg.connect(postgres_url, autocommit=True) as admin:
             killed = admin.execute(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                 "WHERE datname = current_database() AND pid <> pg_backend_pid()"
             ).fetchone()
         assert killed is not None and killed[0] >= 2
-        assert metadata.append([ProducerIdsRecord(1, 1000)], epoch) == 0
+        assert metadata.append([ProducerIdsRecord(1, 1000)], -1, 1) == 0
         groups.apply([PutOffsets("g", (_offset("t", 0, 1),))])
         assert groups.load()[1] == {"g": [_offset("t", 0, 1)]}
     finally:
@@ -304,15 +331,14 @@ def test_a_lease_row_held_elsewhere_fails_an_append_in_bounded_time(postgres_url
     others: they time out, and the row is released when that transaction ends."""
     store = PostgresMetadataStore(postgres_url, timeout=TIMEOUT)
     try:
-        epoch = store.acquire_lease(1, 30_000)
-        assert epoch is not None
+        assert store.acquire_lease(1, 30_000) is not None  # the lease row appends lock on
         with psycopg.connect(postgres_url) as stuck:
             stuck.execute("SELECT 1 FROM metadata_controller_lease WHERE id = 1 FOR UPDATE")
             started = time.monotonic()
             with pytest.raises(psycopg.OperationalError, match="unavailable"):
-                store.append([ProducerIdsRecord(1, 1000)], epoch)
+                store.append([ProducerIdsRecord(1, 1000)], -1, 1)
             assert time.monotonic() - started < TIMEOUT + 3
             assert store.read(0) == []
-        assert store.append([ProducerIdsRecord(1, 1000)], epoch) == 0
+        assert store.append([ProducerIdsRecord(1, 1000)], -1, 1) == 0
     finally:
         store.close()

@@ -12,6 +12,9 @@ from typing import Annotated
 import typer
 import uvloop
 
+from shoal.cli.cluster import cluster_app
+from shoal.cli.cluster_plan import PlanError, parse_racks, plan_cluster
+from shoal.cli.cluster_up import run_cluster
 from shoal.cli.console_consumer import consume
 from shoal.cli.console_producer import produce
 from shoal.cli.diskless_metadata import diskless_metadata_app
@@ -21,11 +24,13 @@ from shoal.cli.log_dirs import log_dirs_app
 from shoal.cli.pipeline import pipeline_app
 from shoal.cli.topics import topics_app
 from shoal.config import Config, ConfigError
+from shoal.metadata.log import DuplicateBrokerError
 from shoal.properties import parse_overrides, parse_properties
 from shoal.store.factory import StoreUnavailableError
 from shoal.store.locate import DEFAULT_DATA_DIR, embedded_config
 
 app = typer.Typer(help="Shoal: a Kafka-compatible broker with diskless topics on object storage.", no_args_is_help=True)
+app.add_typer(cluster_app, name="cluster")
 app.add_typer(groups_app, name="groups")
 app.add_typer(pipeline_app, name="pipeline")
 app.add_typer(topics_app, name="topics")
@@ -57,7 +62,7 @@ def _run(raw: dict[str, str]) -> None:
         raise typer.Exit(2) from None
     try:
         uvloop.run(_serve(config))
-    except StoreUnavailableError as exc:
+    except (StoreUnavailableError, DuplicateBrokerError) as exc:
         logging.getLogger("shoal.server.broker").error("%s", exc)
         raise typer.Exit(1) from None
 
@@ -98,15 +103,43 @@ def broker(
 def up(
     data_dir: Annotated[Path, typer.Option("--data-dir", help="Where all state lives.")] = DEFAULT_DATA_DIR,
     override: Overrides = None,
+    brokers: Annotated[
+        int,
+        typer.Option(
+            "--brokers",
+            min=1,
+            help="How many brokers: more than 1 runs each as a child process (node ids 1..N, consecutive "
+            "ports from the first listener's, state under DIR/broker-<i>/), sharing one metadata store and "
+            "object storage.",
+        ),
+    ] = 1,
+    racks: Annotated[
+        str | None, typer.Option("--racks", help="Racks to assign the brokers round-robin (broker.rack), e.g. a,b,c.")
+    ] = None,
 ) -> None:
-    """Start a single node on embedded defaults: SQLite metadata, local-directory objects, 127.0.0.1:9092."""
-    raw = embedded_config(data_dir)
+    """Start a single node on embedded defaults: SQLite metadata, local-directory objects, 127.0.0.1:9092.
+
+    With --brokers N, a cluster of N brokers on this host (Ctrl-C stops them all)."""
     try:
-        raw.update(parse_overrides(override or []))
-    except ConfigError as exc:
+        overrides = parse_overrides(override or [])
+        rack_names = parse_racks(racks)
+        if rack_names and "broker.rack" in overrides:
+            raise PlanError("--override broker.rack cannot be used with --racks")
+        plan = plan_cluster(data_dir, brokers, rack_names, overrides) if brokers > 1 else None
+    except (ConfigError, PlanError) as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
-    _run(raw)
+    if plan is None:
+        raw = embedded_config(data_dir)
+        raw.update(overrides)
+        if rack_names:
+            raw["broker.rack"] = rack_names[0]
+        _run(raw)
+        return
+    _setup_logging()
+    code = run_cluster(plan)
+    if code:
+        raise typer.Exit(code)
 
 
 def main() -> None:

@@ -5,17 +5,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
 
 class PeriodicTask:
     """Calls ``round()`` every ``self._interval`` seconds until stopped; a failed round is logged
-    and the next one runs as usual. Subclasses set ``_interval`` and ``_name``."""
+    and the next one runs as usual. Subclasses set ``_interval`` and ``_name``. In a cluster the
+    work runs on one broker: a round runs only while ``runs_here()`` says so (the broker sets it
+    to "holds the controller lease")."""
 
     _interval: float
     _name: str
     _task: asyncio.Task[None] | None = None
+    runs_here: Callable[[], bool] = staticmethod(lambda: True)
 
     async def round(self) -> None:
         raise NotImplementedError
@@ -36,6 +40,8 @@ class PeriodicTask:
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self._interval)
+            if not self.runs_here():
+                continue
             try:
                 await self.round()
             except Exception:

@@ -51,8 +51,9 @@ class GroupAdmin:
     # -- DescribeGroups / ListGroups ---------------------------------------------------------------
     def describe_group(self, group_id: str) -> tuple[ErrorCode, GroupDescription | None]:
         """(error, description); (NONE, None) for a group that does not exist (Kafka shows it Dead)."""
-        if not self._state.active:
-            return ErrorCode.coordinator_not_available, None
+        unavailable = self._state.unavailable(group_id)
+        if unavailable is not None:
+            return unavailable, None
         group = self._state.groups.get(group_id)
         if group is None or group.is_in(GroupState.DEAD):
             return ErrorCode.none, None
@@ -77,17 +78,25 @@ class GroupAdmin:
         )
 
     def list_groups(self, states: Iterable[str] = (), types: Iterable[str] = ()) -> tuple[ErrorCode, list[ListedGroup]]:
-        """Groups in any of ``states`` (case-insensitive; empty: all) of any of ``types`` (only "classic" exists)."""
+        """Groups in any of ``states`` (case-insensitive; empty: all) of any of ``types`` (only "classic" exists).
+
+        Only the groups this broker coordinates: ListGroups goes to every broker and the admin client
+        merges the answers. While groups it just took over are loading, the answer is
+        COORDINATOR_LOAD_IN_PROGRESS with the groups it has (Kafka's GroupCoordinator.handleListGroups),
+        and the admin client asks again.
+        """
         if not self._state.active:
             return ErrorCode.coordinator_not_available, []
+        error = ErrorCode.none if self._state.loading is None else ErrorCode.coordinator_load_in_progress
         wanted_states = {s.lower() for s in states}
         wanted_types = {t.lower() for t in types}
         if wanted_types and GROUP_TYPE_CLASSIC not in wanted_types:
-            return ErrorCode.none, []
-        return ErrorCode.none, [
+            return error, []
+        owns = self._state.owns
+        return error, [
             ListedGroup(group.group_id, group.protocol_type or "", group.state.value)
             for group in self._state.groups.values()
-            if not wanted_states or group.state.value.lower() in wanted_states
+            if owns(group.group_id) and (not wanted_states or group.state.value.lower() in wanted_states)
         ]
 
     # -- DeleteGroups ------------------------------------------------------------------------------
@@ -98,8 +107,9 @@ class GroupAdmin:
         for group_id in group_ids:
             if group_id in results:
                 continue
-            if not self._state.active:
-                results[group_id] = ErrorCode.coordinator_not_available
+            unavailable = self._state.unavailable(group_id)
+            if unavailable is not None:
+                results[group_id] = unavailable
                 continue
             group = self._state.groups.get(group_id)
             if group is None or group.is_in(GroupState.DEAD):

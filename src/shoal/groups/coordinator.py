@@ -12,7 +12,11 @@ with their concern:
 - ``offsets.py``: OffsetCommit, OffsetFetch and OffsetDelete;
 - ``admin.py``: DescribeGroups, ListGroups and DeleteGroups;
 - ``expiry.py``: offset retention and the deletion of empty groups left without offsets;
-- ``state.py``: the state they share, which lives on the event loop (no locks).
+- ``loader.py``: groups read from the store at start-up, and loaded or unloaded as the
+  groups this broker owns change (``set_ownership``; ``shoal.cluster.placement`` says which partition
+  of ``__consumer_offsets``, hence which broker, owns a group);
+- ``state.py``: the state they share, which lives on the event loop (no locks), and the one
+  check every request passes first: is this group served here, now.
 
 Durable state goes through one ``StoreWriter`` onto a ``GroupStore``: committed offsets
 (answered only once durable), and the group's metadata when a rebalance completes (the
@@ -24,7 +28,6 @@ committed.
 
 from __future__ import annotations
 
-import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -33,16 +36,14 @@ from typing import Any
 from shoal.groups.admin import GROUP_TYPE_CLASSIC, DescribedMember, GroupAdmin, GroupDescription, ListedGroup
 from shoal.groups.config import NEW_MEMBER_JOIN_TIMEOUT_MS, GroupConfig
 from shoal.groups.expiry import OffsetExpiry
-from shoal.groups.group import JoinResponse, SyncResponse
 from shoal.groups.join import Joiner
+from shoal.groups.loader import GroupLoader
 from shoal.groups.membership import LeaveResult, Membership
 from shoal.groups.offsets import FetchedOffset, OffsetCommitEntry, OffsetManager
 from shoal.groups.rebalance import Rebalancer
 from shoal.groups.state import STORE_FAILURE, CoordinatorState
-from shoal.groups.stored import group_from_store
 from shoal.groups.timer import LoopTimer, Timer
 from shoal.groups.writer import RunBlocking, StoreWriter
-from shoal.protocol.errors import ErrorCode
 from shoal.store.groups import GroupStore
 
 __all__ = [
@@ -60,8 +61,6 @@ __all__ = [
     "RunBlocking",
 ]
 
-log = logging.getLogger(__name__)
-
 
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -77,7 +76,10 @@ class GroupCoordinator:
         *,
         timer: Timer | None = None,
         now_ms: Callable[[], int] = _wall_clock_ms,
+        owns: Callable[[str], bool] | None = None,
     ) -> None:
+        """``owns``: the groups this broker coordinates from the start (default: every group; see
+        ``set_ownership``)."""
         self.config = config
         self._store = store
         self._run_blocking = run_blocking
@@ -90,6 +92,9 @@ class GroupCoordinator:
         self._offsets = OffsetManager(self._state, self._rebalancer)
         self._admin = GroupAdmin(self._state)
         self._expiry = OffsetExpiry(self._state)
+        self._loader = GroupLoader(self._state, self._rebalancer, store, self._writer, run_blocking)
+        if owns is not None:
+            self._state.owns = owns
         # The requests the handlers make, each served by the part that holds its rules (their
         # docstrings say what each answers).
         self.join_group = self._joiner.join_group  # JoinGroup: returns when this member's join phase ends
@@ -113,36 +118,31 @@ class GroupCoordinator:
         topic_id_of: Callable[[str], uuid.UUID | None],
         **kwargs: Any,
     ) -> GroupCoordinator:
-        """Load every group and committed offset from an opened store; the coordinator closes the store
-        when it closes."""
+        """Load every group (every owned group, given ``owns``) and its committed offsets from an opened
+        store; the coordinator closes the store when it closes."""
         coordinator = cls(store, run_blocking, config, topic_id_of, **kwargs)
         await coordinator.load()
         return coordinator
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def load(self) -> None:
-        state = self._state
-        stored_groups, stored_offsets = await self._run_blocking(self._store.load)
-        for stored in stored_groups:
-            state.groups[stored.group_id] = group_from_store(stored)
-        for group_id, offsets in stored_offsets.items():
-            if group_id not in state.groups:
-                state.groups[group_id] = state.new_group(group_id)
-            state.offsets[group_id] = {(o.topic, o.partition): o for o in offsets}
-        state.active = True
-        for group in state.groups.values():
-            for member in group.members.values():
-                self._rebalancer.reschedule_heartbeat(group, member)
-            if len(group.members) > self.config.max_size:
-                self._rebalancer.prepare_rebalance(
-                    group,
-                    f"freshly-loaded group {group.group_id} (size {len(group.members)}) is over capacity "
-                    f"{self.config.max_size}; rebalancing so consumers can commit offsets",
-                )
-        log.info(
-            "group coordinator loaded %d groups and %d committed offsets",
-            len(state.groups), sum(len(o) for o in state.offsets.values()),
-        )
+        """Read the owned groups and their offsets from the store and start serving."""
+        await self._loader.load()
+
+    async def set_ownership(self, owns: Callable[[str], bool]) -> None:
+        """From now on serve only the groups ``owns`` accepts; every other group is answered NOT_COORDINATOR.
+
+        Groups no longer owned leave memory once the writes already submitted for them are durable
+        (their parked JoinGroup/SyncGroup get NOT_COORDINATOR); groups now owned are read from the
+        store, and answered COORDINATOR_LOAD_IN_PROGRESS until they are. It returns when both are
+        done: only then may the next owner load what this one let go.
+        Calls run one after the other, in call order. ``owns`` must keep its answers (pass a new
+        function for each change, e.g. one closing over a frozenset): groups are loaded where the
+        new answer is yes and the previous one was no. If the store cannot be read the call
+        raises and the groups it should have loaded stay refused; calling again retries them.
+        Before ``load`` (or after ``close``) the new ownership is only remembered.
+        """
+        await self._loader.set_ownership(owns)
 
     def start(self) -> None:
         """Start the periodic offset retention check (``offsets.retention.check.interval.ms``)."""
@@ -150,13 +150,13 @@ class GroupCoordinator:
 
     async def close(self) -> None:
         """Stop serving: parked JoinGroup/SyncGroup requests get NOT_COORDINATOR (the clients look
-        for the coordinator again), pending writes finish, the store closes."""
+        for the coordinator again), pending writes finish, the store closes (after any ownership
+        change under way, which may be reading it)."""
         self._state.active = False
-        await self._expiry.stop()
-        for group in self._state.groups.values():
-            for member in list(group.members.values()):
-                group.complete_join(member, JoinResponse(ErrorCode.not_coordinator, member.member_id))
-                group.complete_sync(member, SyncResponse(ErrorCode.not_coordinator))
-        self._timer.cancel_all()
-        await self._writer.flush()
-        await self._run_blocking(self._store.close)
+        async with self._loader.lock:
+            await self._expiry.stop()
+            for group in self._state.groups.values():
+                self._state.answer_parked_not_coordinator(group)
+            self._timer.cancel_all()
+            await self._writer.flush()
+            await self._run_blocking(self._store.close)

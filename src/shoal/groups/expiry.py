@@ -56,6 +56,8 @@ class OffsetExpiry:
         mutations: list[Mutation] = []
         removed_count = 0
         for group_id, group in list(self._state.groups.items()):
+            if not self._state.owns(group_id):
+                continue  # being handed to another broker (see GroupCoordinator.set_ownership): not ours to change
             offsets = self._state.offsets.get(group_id, {})
             base = self._expiration_base(group)
             expired: list[tuple[str, int]] = []

@@ -63,8 +63,9 @@ class Joiner:
         """Join (or rejoin) a group; returns when the join phase completes for this member."""
         if not group_id:
             return JoinResponse(ErrorCode.invalid_group_id, member_id)
-        if not self._state.active:
-            return JoinResponse(ErrorCode.coordinator_not_available, member_id)
+        unavailable = self._state.unavailable(group_id)
+        if unavailable is not None:
+            return JoinResponse(unavailable, member_id)
         config = self._state.config
         if not config.min_session_timeout_ms <= session_timeout_ms <= config.max_session_timeout_ms:
             return JoinResponse(ErrorCode.invalid_session_timeout, member_id)

@@ -48,8 +48,9 @@ class Membership:
     ) -> SyncResponse:
         if not group_id:
             return SyncResponse(ErrorCode.invalid_group_id)
-        if not self._state.active:
-            return SyncResponse(ErrorCode.coordinator_not_available)
+        unavailable = self._state.unavailable(group_id)
+        if unavailable is not None:
+            return SyncResponse(unavailable)
         group = self._state.groups.get(group_id)
         if group is None:
             return SyncResponse(ErrorCode.unknown_member_id)
@@ -125,8 +126,9 @@ class Membership:
     ) -> ErrorCode:
         if not group_id:
             return ErrorCode.invalid_group_id
-        if not self._state.active:
-            return ErrorCode.coordinator_not_available
+        unavailable = self._state.unavailable(group_id)
+        if unavailable is not None:
+            return unavailable
         group = self._state.groups.get(group_id)
         if group is None:
             return ErrorCode.unknown_member_id
@@ -151,8 +153,9 @@ class Membership:
         id removes that static member (the admin client's removeMembersFromConsumerGroup)."""
         if not group_id:
             return LeaveResult(ErrorCode.invalid_group_id)
-        if not self._state.active:
-            return LeaveResult(ErrorCode.coordinator_not_available)
+        unavailable = self._state.unavailable(group_id)
+        if unavailable is not None:
+            return LeaveResult(unavailable)
         group = self._state.groups.get(group_id)
         if group is None:
             return LeaveResult(

@@ -61,8 +61,9 @@ class OffsetManager:
         """Commit offsets of partitions the caller checked exist; one error per entry, in order."""
         if not entries:
             return []
-        if not self._state.active:
-            return [ErrorCode.coordinator_not_available] * len(entries)
+        unavailable = self._state.unavailable(group_id)
+        if unavailable is not None:
+            return [unavailable] * len(entries)
         group = self._state.groups.get(group_id)
         if group is None:
             if generation_id >= 0:
@@ -123,8 +124,9 @@ class OffsetManager:
 
         Offsets are returned whatever the group's state: the group may use Kafka only to store them.
         """
-        if not self._state.active:
-            return ErrorCode.coordinator_not_available, []
+        unavailable = self._state.unavailable(group_id)
+        if unavailable is not None:
+            return unavailable, []
         group = self._state.groups.get(group_id)
         known = group is not None and not group.is_in(GroupState.DEAD)
         offsets = self._state.offsets.get(group_id, {}) if known else {}
@@ -150,8 +152,9 @@ class OffsetManager:
         """OffsetDelete: (group error, error per partition) for topics the caller checked exist."""
         if not group_id:
             return ErrorCode.invalid_group_id, {}
-        if not self._state.active:
-            return ErrorCode.coordinator_not_available, {}
+        unavailable = self._state.unavailable(group_id)
+        if unavailable is not None:
+            return unavailable, {}
         group = self._state.groups.get(group_id)
         if group is None or group.is_in(GroupState.DEAD):
             return ErrorCode.group_id_not_found, {}

@@ -1,8 +1,12 @@
-"""The controller: validates cluster changes and appends them to the metadata log.
+"""Cluster changes (topics, partitions, configs, producer-id blocks): validated and appended to
+the metadata log.
 
-Exactly one broker holds the controller role at a time (a lease in the metadata
-store). On a single node that broker is this one. Methods are blocking (they
-write the store) and are called from a worker thread, one at a time.
+Every broker decides the changes its clients ask for, as KRaft's active controller would:
+each operation catches up, validates against that image and appends right after it
+(compare-and-append). If another broker appended meanwhile the store refuses with
+MetadataConflictError and the caller runs the operation again on the newer image, so the
+log never holds a change decided on a stale picture. Methods block (they read and write the
+store): call them from a worker thread.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shoal.config import Config, ConfigError
+from shoal.metadata.assignment import assign_replicas
 from shoal.metadata.image import MetadataImage
 from shoal.metadata.log import MetadataStore
 from shoal.metadata.records import (
@@ -21,7 +26,6 @@ from shoal.metadata.records import (
     MetadataRecord,
     PartitionRecord,
     ProducerIdsRecord,
-    RegisterBrokerRecord,
     RemoveTopicRecord,
     TopicRecord,
 )
@@ -31,6 +35,10 @@ from shoal.topic_configs import validate_topic_configs
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME_LENGTH = 249
 PRODUCER_ID_BLOCK_SIZE = 1000
+CLASSIC_REPLICATION_MISSING = (
+    "Classic topics have one replica in this Shoal version (replication comes next): use "
+    "replication factor 1, or a diskless topic (diskless.enable=true), whose data object storage keeps."
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,31 +109,17 @@ def validate_topic_name(name: str) -> None:
 
 
 class Controller:
-    """Validates and records topic, broker and producer-id changes under the controller lease."""
-
-    LEASE_TTL_MS = 30_000
+    """Validates and records topic, config and producer-id changes (see the module docstring)."""
 
     def __init__(self, store: MetadataStore, config: Config, image: Callable[[], MetadataImage]) -> None:
         self._store = store
         self._config = config
-        self._image = image
+        self._image = image  # catches up with the log and returns the image
         self._node_id: int = config["node.id"]
-        epoch = store.acquire_lease(self._node_id, self.LEASE_TTL_MS)
-        if epoch is None:
-            raise RuntimeError(
-                "another node holds the controller lease; multi-node clusters come in a later release"
-            )
-        self.epoch = epoch
 
-    def renew(self) -> None:
-        if not self._store.renew_lease(self._node_id, self.epoch, self.LEASE_TTL_MS):
-            raise RuntimeError("lost the controller lease")
-
-    def _append(self, records: Sequence[MetadataRecord]) -> int:
-        return self._store.append(records, self.epoch)
-
-    def register_broker(self, node_id: int, host: str, port: int, rack: str | None) -> int:
-        return self._append([RegisterBrokerRecord(node_id, host, port, rack)])
+    def _append(self, records: Sequence[MetadataRecord], image: MetadataImage) -> int:
+        """Append records decided on ``image``; MetadataConflictError if the log moved past it."""
+        return self._store.append(records, image.offset, self._node_id)
 
     def validate_new_topic(self, topic: NewTopic, image: MetadataImage) -> CreatedTopic:
         """Check a CreateTopics entry as Kafka does; raises KafkaError with Kafka's code and message."""
@@ -151,7 +145,7 @@ class Controller:
                 ErrorCode.invalid_config,
                 "Diskless topics are not enabled on this cluster: set diskless.system.enable=true on the brokers.",
             )
-        brokers = sorted(image.brokers)
+        brokers = image.alive_brokers()
         if topic.assignments:
             if topic.num_partitions != -1 or topic.replication_factor != -1:
                 raise KafkaError(
@@ -202,6 +196,8 @@ class Controller:
                     f"Unable to replicate the partition {replication_factor} time(s): The target replication factor "
                     f"of {replication_factor} cannot be reached because only {len(brokers)} broker(s) are registered.",
                 )
+        if replication_factor > 1 and not is_diskless:
+            raise KafkaError(ErrorCode.invalid_replication_factor, CLASSIC_REPLICATION_MISSING)
         return CreatedTopic(
             topic.name, uuid.uuid4(), num_partitions, replication_factor, configs, is_diskless
         )
@@ -210,19 +206,16 @@ class Controller:
         """Validate and record one topic; returns it and the metadata offset that made it."""
         image = self._image()
         created = self.validate_new_topic(topic, image)
-        brokers = sorted(image.brokers)
         records: list[MetadataRecord] = [TopicRecord(created.name, created.topic_id)]
-        for p in range(created.num_partitions):
-            if topic.assignments:
-                replicas = tuple(topic.assignments[p])
-            else:
-                start = p % len(brokers)
-                replicas = tuple(
-                    brokers[(start + i) % len(brokers)] for i in range(created.replication_factor)
-                )
+        placements = (
+            [tuple(topic.assignments[p]) for p in range(created.num_partitions)]
+            if topic.assignments
+            else assign_replicas(image.alive_brokers(), range(created.num_partitions), created.replication_factor)
+        )
+        for p, replicas in enumerate(placements):
             records.append(PartitionRecord(created.topic_id, p, replicas, replicas, replicas[0]))
         records += [ConfigRecord(ConfigRecord.TOPIC, created.name, k, v) for k, v in created.configs.items()]
-        return created, self._append(records)
+        return created, self._append(records, image)
 
     def create_partitions(
         self, name: str, count: int, assignments: Sequence[Sequence[int]] | None, validate_only: bool
@@ -247,7 +240,7 @@ class Controller:
             raise KafkaError(ErrorCode.invalid_partitions, f"Topic already has {current} partition(s).")
         added = count - current
         replication_factor = len(topic.partitions[0].replicas) if 0 in topic.partitions else 1
-        brokers = sorted(image.brokers)
+        brokers = image.alive_brokers()
         if assignments is not None:
             if len(assignments) != added:
                 raise KafkaError(
@@ -266,10 +259,7 @@ class Controller:
                     f"factor of {replication_factor} cannot be reached because only {len(brokers)} broker(s) "
                     "are registered.",
                 )
-            placements = [
-                tuple(brokers[(p % len(brokers) + i) % len(brokers)] for i in range(replication_factor))
-                for p in range(current, count)
-            ]
+            placements = assign_replicas(brokers, range(current, count), replication_factor)
         new = list(range(current, count))
         if validate_only:
             return new, None
@@ -277,7 +267,7 @@ class Controller:
             PartitionRecord(topic.topic_id, p, replicas, replicas, replicas[0])
             for p, replicas in zip(new, placements, strict=True)
         ]
-        return new, self._append(records)
+        return new, self._append(records, image)
 
     def alter_topic_configs(
         self, name: str, desired: Mapping[str, str | None], validate_only: bool
@@ -286,7 +276,8 @@ class Controller:
 
         ``diskless.enable`` is fixed at creation (KIP-1163): changing it is INVALID_CONFIG.
         """
-        topic = self._image().topic(name)
+        image = self._image()
+        topic = image.topic(name)
         if topic is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist")
         try:
@@ -308,15 +299,18 @@ class Controller:
         ]
         if validate_only or not records:
             return None
-        return self._append(records)
+        return self._append(records, image)
 
     def delete_topic(self, topic_id: uuid.UUID) -> int:
-        if topic_id not in self._image().topics_by_id:
+        image = self._image()
+        if topic_id not in image.topics_by_id:
             raise KafkaError(ErrorCode.unknown_topic_id, f"Topic id {topic_id} does not exist")
-        return self._append([RemoveTopicRecord(topic_id)])
+        return self._append([RemoveTopicRecord(topic_id)], image)
 
     def allocate_producer_ids(self) -> tuple[int, int]:
-        """Hand out the next block of producer ids: (first id, block size)."""
-        first = self._image().next_producer_id
-        self._append([ProducerIdsRecord(self._node_id, first + PRODUCER_ID_BLOCK_SIZE)])
+        """Hand out the next block of producer ids: (first id, block size). Blocks of different
+        brokers never overlap: each is appended right after the image that named its start."""
+        image = self._image()
+        first = image.next_producer_id
+        self._append([ProducerIdsRecord(self._node_id, first + PRODUCER_ID_BLOCK_SIZE)], image)
         return first, PRODUCER_ID_BLOCK_SIZE

@@ -14,12 +14,14 @@ from types import MappingProxyType
 
 from shoal.metadata.records import (
     ConfigRecord,
+    FenceBrokerRecord,
     MetadataRecord,
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
     TopicRecord,
+    UnfenceBrokerRecord,
 )
 
 
@@ -51,6 +53,8 @@ class BrokerImage:
     host: str
     port: int
     rack: str | None
+    incarnation_id: uuid.UUID | None = None
+    fenced: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +68,10 @@ class MetadataImage:
 
     def topic(self, name: str) -> TopicImage | None:
         return self.topics_by_name.get(name)
+
+    def alive_brokers(self) -> list[BrokerImage]:
+        """Unfenced brokers by node id: the ones clients are sent to."""
+        return [self.brokers[b] for b in sorted(self.brokers) if not self.brokers[b].fenced]
 
     def apply(self, records: Iterable[tuple[int, MetadataRecord]]) -> MetadataImage:
         """A new image with the records applied (copy-on-write of the changed maps)."""
@@ -125,7 +133,14 @@ class MetadataImage:
                         current[record.name] = record.value
                     broker_configs[record.resource_name] = current
             elif isinstance(record, RegisterBrokerRecord):
-                brokers[record.node_id] = BrokerImage(record.node_id, record.host, record.port, record.rack)
+                brokers[record.node_id] = BrokerImage(
+                    record.node_id, record.host, record.port, record.rack, record.incarnation_id, record.fenced
+                )
+            elif isinstance(record, (FenceBrokerRecord, UnfenceBrokerRecord)):
+                if record.node_id in brokers:
+                    brokers[record.node_id] = replace(
+                        brokers[record.node_id], fenced=isinstance(record, FenceBrokerRecord)
+                    )
             elif isinstance(record, ProducerIdsRecord):
                 next_producer_id = max(next_producer_id, record.next_producer_id)
         for name, d in drafts.items():

@@ -49,11 +49,29 @@ class ConfigRecord:
 
 @dataclass(frozen=True, slots=True)
 class RegisterBrokerRecord:
+    """A broker incarnation joined (or changed its endpoint). As in KRaft it starts fenced:
+    the controller unfences it once it heartbeats."""
+
     node_id: int
     host: str
     port: int
     rack: str | None
     incarnation_id: uuid.UUID = field(default_factory=uuid.uuid4)
+    fenced: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class FenceBrokerRecord:
+    """The broker stopped heartbeating (or shut down): clients are no longer sent to it."""
+
+    node_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class UnfenceBrokerRecord:
+    """The broker heartbeats: it serves clients."""
+
+    node_id: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,12 +83,28 @@ class ProducerIdsRecord:
 
 
 MetadataRecord = (
-    TopicRecord | PartitionRecord | RemoveTopicRecord | ConfigRecord | RegisterBrokerRecord | ProducerIdsRecord
+    TopicRecord
+    | PartitionRecord
+    | RemoveTopicRecord
+    | ConfigRecord
+    | RegisterBrokerRecord
+    | FenceBrokerRecord
+    | UnfenceBrokerRecord
+    | ProducerIdsRecord
 )
 
 _TYPES: dict[str, type] = {
     cls.__name__: cls
-    for cls in (TopicRecord, PartitionRecord, RemoveTopicRecord, ConfigRecord, RegisterBrokerRecord, ProducerIdsRecord)
+    for cls in (
+        TopicRecord,
+        PartitionRecord,
+        RemoveTopicRecord,
+        ConfigRecord,
+        RegisterBrokerRecord,
+        FenceBrokerRecord,
+        UnfenceBrokerRecord,
+        ProducerIdsRecord,
+    )
 }
 
 

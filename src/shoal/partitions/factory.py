@@ -34,8 +34,10 @@ def build_partitions(
     metrics: BrokerMetrics,
     run_blocking: Callable[..., Awaitable[Any]],
     on_halt: Callable[[str], None],
+    is_controller: Callable[[], bool] = lambda: True,
 ) -> Partitions:
-    """Wire every kind; nothing runs until ``Partitions.start``."""
+    """Wire every kind; nothing runs until ``Partitions.start``. Diskless retention and the object
+    cleaner run only while ``is_controller()`` (once per cluster)."""
     notifier = CommitNotifier()
     replicas = ReplicaManager(config, node_id, cluster_id, run_blocking, image, on_halt)
     metrics.track_log_dirs(replicas.logs)
@@ -72,5 +74,6 @@ def build_partitions(
         orphan_min_age_ms=config["diskless.object.orphan.min.age.ms"],
         metrics=metrics,
     )
+    retention.runs_here = cleaner.runs_here = is_controller
     diskless = DisklessPartitions(coordinator, appender, reader, retention, cleaner, run_blocking, image)
     return Partitions(config, image, {"classic": classic, "diskless": diskless}, classic, notifier, metrics)

@@ -71,20 +71,60 @@ class Partitions:
         metrics: BrokerMetrics,
     ) -> None:
         self._config = config
+        self._node_id: int = config["node.id"]
         self._image = image
         self._kinds = kinds
         self._classic = classic
         self._notifier = notifier
         self._metrics = metrics
         self._validator = RecordValidator(config)
+        self._published = MetadataImage()
+        self._publish_lock = asyncio.Lock()
         #: Per partition, the last append still waiting for its validation (arrival order).
         self._append_tails: dict[tuple[Any, int], asyncio.Future[None]] = {}
 
     # ------------------------------------------------------------------------------- lifecycle
 
     async def start(self) -> None:
+        self._published = self._image()
         for kind in self._kinds.values():
             await kind.start()
+
+    async def publish(self, image: MetadataImage) -> None:
+        """Bring this broker's storage in line with a newer image, once per change, whichever
+        broker decided it (KRaft's metadata publisher): deleted topics go first (a name may come
+        back with a new id), then new topics, new partitions and config changes. A failure is
+        raised after every other change was applied; the change is not retried (start-up heals
+        diskless topics, KIP-112 recovery classic ones)."""
+        async with self._publish_lock:
+            old = self._published
+            if image.offset <= old.offset:
+                return
+            self._published = image
+            errors: list[BaseException] = []
+
+            async def attempt(step: Awaitable[None]) -> None:
+                try:
+                    await step
+                except Exception as exc:
+                    log.exception("applying a metadata change failed")
+                    errors.append(exc)
+
+            for topic_id, topic in old.topics_by_id.items():
+                if topic_id not in image.topics_by_id:
+                    await attempt(self.delete_topic(topic))
+            for topic_id, topic in image.topics_by_id.items():
+                before = old.topics_by_id.get(topic_id)
+                if before is None:
+                    await attempt(self.create_topic(topic, is_new=True))
+                    continue
+                added = sorted(set(topic.partitions) - set(before.partitions))
+                if added:
+                    await attempt(self.add_partitions(topic, added))
+                if topic.configs != before.configs:
+                    self.topic_config_changed(topic)
+            if errors:
+                raise errors[0]
 
     async def stop(self) -> None:
         """Finish or fail every accepted append (diskless first: its answers wait on uploads)."""
@@ -107,8 +147,17 @@ class Partitions:
         return ref
 
     def check_serving(self, partition: PartitionRef) -> None:
-        """May this broker answer for the partition? Every broker may today (one node; any broker
-        serves diskless partitions). Leadership checks (NOT_LEADER_OR_FOLLOWER) come with the cluster."""
+        """May this broker answer for the partition? Any broker serves a diskless partition; a
+        classic one only its leader (NOT_LEADER_OR_FOLLOWER sends the client to refresh metadata)."""
+        if partition.topic.is_diskless:
+            return
+        leader = partition.topic.partitions[partition.partition].leader
+        if leader != self._node_id:
+            raise KafkaError(
+                ErrorCode.not_leader_or_follower,
+                f"This broker (node {self._node_id}) is not the leader of {partition.name}-{partition.partition}; "
+                f"node {leader} is",
+            )
 
     async def _by_kind(
         self,

@@ -9,20 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from shoal.cluster.placement import preferred_brokers
 from shoal.metadata.image import MetadataImage, PartitionImage, TopicImage
 from shoal.protocol.errors import ErrorCode
-
-
-def preferred_brokers(image: MetadataImage, partition: PartitionImage, rack: str | None) -> list[int]:
-    """KIP-1163 rack-aware choice for a diskless partition: alive brokers in the client's rack
-    (all alive brokers when none is there), rotated by partition index for round-robin spread."""
-    brokers = sorted(image.brokers)
-    in_rack = [b for b in brokers if rack is not None and image.brokers[b].rack == rack]
-    candidates = in_rack or brokers
-    if not candidates:
-        return []
-    start = partition.partition % len(candidates)
-    return candidates[start:] + candidates[:start]
 
 
 def topic_fields(topic: TopicImage) -> dict[str, Any]:
@@ -39,7 +28,9 @@ def partition_fields(
     node_id: int,
 ) -> dict[str, Any]:
     """One partition as Metadata and DescribeTopicPartitions show it. A classic replica on a failed
-    log dir of this broker is listed in ``offline_replicas`` and leaves the ISR (KIP-112)."""
+    log dir of this broker is listed in ``offline_replicas`` and leaves the ISR (KIP-112); a classic
+    partition whose leader is fenced has no leader (LEADER_NOT_AVAILABLE). A diskless partition's
+    leader is an alive broker, in the client's rack when there is one (KIP-1163)."""
     offline_here = (topic.name, partition.partition) in offline
     view: dict[str, Any] = {
         "error_code": ErrorCode.none,
@@ -54,9 +45,15 @@ def partition_fields(
         "last_known_elr": (),
     }
     if topic.is_diskless:
-        preferred = preferred_brokers(image, partition, rack)
+        preferred = preferred_brokers(image, partition.partition, rack)
         view["preferred_produce_brokers"] = tuple(preferred)
-        if rack is not None and preferred:
-            # Any broker serves a diskless partition: the one in the client's rack acts as its leader.
+        if preferred:
+            # Any broker serves a diskless partition: an alive one (in the client's rack) leads it.
             view["leader_id"] = preferred[0]
+    else:
+        leader = image.brokers.get(partition.leader)
+        if leader is None or leader.fenced:
+            view["error_code"] = ErrorCode.leader_not_available
+            view["leader_id"] = -1
+            view["isr_nodes"] = tuple(b for b in view["isr_nodes"] if b != partition.leader)
     return view

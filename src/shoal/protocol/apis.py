@@ -97,7 +97,7 @@ SUPPORTED_APIS: dict[int, ApiSpec] = {
         ApiSpec(ApiKey.DELETE_GROUPS, "DeleteGroups", 0, 2),
         ApiSpec(ApiKey.INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1),
         ApiSpec(ApiKey.OFFSET_DELETE, "OffsetDelete", 0, 0),
-        ApiSpec(ApiKey.DESCRIBE_CLUSTER, "DescribeCluster", 0, 1),
+        ApiSpec(ApiKey.DESCRIBE_CLUSTER, "DescribeCluster", 0, 2),
         ApiSpec(ApiKey.DESCRIBE_TOPIC_PARTITIONS, "DescribeTopicPartitions", 0, 0),
     ]
 }

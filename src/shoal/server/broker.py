@@ -9,15 +9,20 @@ import contextlib
 import logging
 import socket
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from shoal.cluster.duties import ControllerDuties
+from shoal.cluster.membership import BrokerMembership
+from shoal.cluster.placement import group_partition, partition_owner
 from shoal.config import Config
 from shoal.groups.coordinator import GroupConfig, GroupCoordinator
 from shoal.metadata.cache import MetadataCache
 from shoal.metadata.controller import Controller
+from shoal.metadata.image import MetadataImage
 from shoal.objects.factory import open_object_storage
 from shoal.objects.storage import ObjectStorage
 from shoal.observability.metrics import BrokerMetrics, MetricsServer, start_metrics_server
@@ -34,7 +39,7 @@ from shoal.txn.producer_ids import ProducerIdManager
 log = logging.getLogger(__name__)
 
 METADATA_POLL_S = 0.5
-LEASE_RENEW_S = 10.0
+UNFENCE_POLL_S = 0.1
 SHUTDOWN_DRAIN_S = 1.0  # time for answered produce requests to reach their clients
 
 
@@ -68,6 +73,10 @@ class Broker:
         self._metrics_server: MetricsServer | None = None
         self._partitions: Partitions | None = None
         self._stores: Stores | None = None
+        self._metadata: MetadataCache | None = None
+        self._membership: BrokerMembership | None = None
+        self._duties: ControllerDuties | None = None
+        self._alive: tuple[Any, ...] | None = None
         #: Set when the broker must stop on its own (every log dir failed), as Kafka halts.
         self.fatal = asyncio.Event()
 
@@ -85,24 +94,38 @@ class Broker:
         self._stores = stores = await self.run_blocking(open_stores, config)
         store = stores.metadata
         cluster_id = await self.run_blocking(store.cluster_id)
-        metadata = MetadataCache(store)
+        self._metadata = metadata = MetadataCache(store)
         await self.run_blocking(metadata.catch_up)
-        controller = await self.run_blocking(Controller, store, config, metadata.catch_up)
-        registered = metadata.image.brokers.get(self.node_id)
-        if registered is None or (registered.host, registered.port, registered.rack) != (
-            advertised.host, advertised.port, config["broker.rack"]
-        ):
-            await self.run_blocking(
-                controller.register_broker, self.node_id, advertised.host, advertised.port, config["broker.rack"]
+
+        # Bind before registering: holding the port proves that an earlier incarnation registered
+        # at this endpoint is gone, so a broker restarted after a crash takes its node id back at once.
+        self._server = await asyncio.start_server(
+            self._on_connection, host=listen.host or None, port=listen.port, reuse_address=True, limit=1 << 20,
+            start_serving=False,
+        )
+        heartbeat_ms, session_ms = config["broker.heartbeat.interval.ms"], config["broker.session.timeout.ms"]
+        self._membership = membership = BrokerMembership(
+            store, self.run_blocking, self.node_id, advertised.host, advertised.port, config["broker.rack"],
+            heartbeat_interval_ms=heartbeat_ms, session_timeout_ms=session_ms, on_lost=self._halt,
+        )
+        await membership.register()
+        membership.start()
+        if "controller" in config["process.roles"]:
+            self._duties = ControllerDuties(
+                store, self.run_blocking, metadata.catch_up, self.node_id,
+                heartbeat_interval_ms=heartbeat_ms, session_timeout_ms=session_ms,
             )
-            await self.run_blocking(metadata.catch_up)
+        await self._wait_until_unfenced()
+        if self._duties is not None:
+            self._duties.start()
+        controller = Controller(store, config, metadata.catch_up)
 
         storage_url = object_storage_url(config)
         self._storage = storage = open_object_storage(storage_url)
         self.metrics = metrics = BrokerMetrics()
         self._partitions = partitions = build_partitions(
             config, self.node_id, cluster_id, lambda: metadata.image, stores.coordinator, storage, metrics,
-            self.run_blocking, self._halt,
+            self.run_blocking, self._halt, is_controller=self.is_controller,
         )
         await partitions.start()
         if config["metrics.http.port"] >= 0:
@@ -115,11 +138,12 @@ class Broker:
             topic = metadata.image.topic(name)
             return None if topic is None else topic.topic_id
 
+        self._alive, owns = self._group_ownership(metadata.image)
         groups = await GroupCoordinator.open(
-            stores.groups, self.run_blocking, GroupConfig.from_config(config), topic_id_of
+            stores.groups, self.run_blocking, GroupConfig.from_config(config), topic_id_of, owns=owns
         )
-        groups.start()
         self._groups = groups
+        groups.start()
         ctx = ServerContext(
             config=config,
             node_id=self.node_id,
@@ -137,70 +161,107 @@ class Broker:
         ctx.producer_ids = ProducerIdManager(lambda: ctx.control(controller.allocate_producer_ids))
         self.ctx = ctx
         self._tasks.append(asyncio.create_task(self._tail_metadata(), name="metadata-tail"))
-        self._tasks.append(asyncio.create_task(self._renew_lease(), name="controller-lease"))
         self._tasks.append(asyncio.create_task(trim_periodically(), name="memory-trim"))
 
-        settings = ConnectionSettings(config["socket.request.max.bytes"], config["connections.max.idle.ms"] / 1000)
-        budget = RequestBudget(config["queued.max.requests"], config["queued.max.request.bytes"])
-        quotas = ConnectionQuotas(
+        self._settings = ConnectionSettings(
+            config["socket.request.max.bytes"], config["connections.max.idle.ms"] / 1000
+        )
+        self._budget = RequestBudget(config["queued.max.requests"], config["queued.max.request.bytes"])
+        self._quotas = ConnectionQuotas(
             config["max.connections"],
             config["max.connections.per.ip"],
             connection_overrides(config["max.connections.per.ip.overrides"]),
         )
-
-        async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            ip = str((writer.get_extra_info("peername") or ("?",))[0])
-            refused = quotas.admit(ip)
-            if refused is not None:
-                log.info("closing connection from %s: %s", ip, refused)
-                writer.transport.abort()
-                return
-            task = asyncio.current_task()
-            assert task is not None
-            self._connections.add(task)
-            try:
-                await serve_connection(reader, writer, lambda frame, peer: dispatch(ctx, frame, peer), settings, budget)
-            finally:
-                self._connections.discard(task)
-                quotas.release(ip)
-
-        self._server = await asyncio.start_server(
-            on_connection, host=listen.host or None, port=listen.port, reuse_address=True, limit=1 << 20
-        )
+        await self._server.start_serving()
         log.info(
-            "Shoal broker %d started (cluster %s): listening on %s:%d, advertised %s:%d, metadata in %s, "
-            "objects in %s",
-            self.node_id, cluster_id, listen.host or "*", listen.port, advertised.host, advertised.port,
-            stores.location, storage_url,
+            "Shoal broker %d started (cluster %s, incarnation %s, rack %s): listening on %s:%d, advertised "
+            "%s:%d, metadata in %s, objects in %s",
+            self.node_id, cluster_id, membership.incarnation_id, config["broker.rack"], listen.host or "*",
+            listen.port, advertised.host, advertised.port, stores.location, storage_url,
         )
+
+    def is_controller(self) -> bool:
+        """Whether this broker runs the once-per-cluster duties now (it holds the controller lease)."""
+        return self._duties is not None and self._duties.active
+
+    async def _wait_until_unfenced(self) -> None:
+        """Serve only once the controller has registered and unfenced this incarnation (KRaft's
+        broker waits the same way); a controller-role broker may be that controller."""
+        assert self._metadata is not None and self._membership is not None
+        waited = 0.0
+        while True:
+            if self._duties is not None:
+                await self._duties.tick()
+            image = await self.run_blocking(self._metadata.catch_up)
+            me = image.brokers.get(self.node_id)
+            if me is not None and me.incarnation_id == self._membership.incarnation_id and not me.fenced:
+                return
+            if waited and waited % 10 < UNFENCE_POLL_S:
+                log.info("waiting for the controller to unfence broker %d (%.0f s so far)", self.node_id, waited)
+            await asyncio.sleep(UNFENCE_POLL_S)
+            waited += UNFENCE_POLL_S
+
+    def _group_ownership(self, image: MetadataImage) -> tuple[tuple[Any, ...], Callable[[str], bool]]:
+        """Who owns which coordinator partition now (registered and alive brokers) and, from that,
+        which groups this broker coordinates (``shoal.cluster.placement``)."""
+        registered = tuple(sorted(image.brokers))
+        alive = tuple(b.node_id for b in image.alive_brokers())
+        partitions, me = self.config["offsets.topic.num.partitions"], self.node_id
+        return (registered, alive), lambda group_id: (
+            partition_owner(group_partition(group_id, partitions), registered, alive) == me
+        )
+
+    async def _place_groups(self, image: MetadataImage) -> None:
+        """Move group coordination when the set of alive brokers changes."""
+        alive, owns = self._group_ownership(image)
+        if alive != self._alive and self._groups is not None:
+            self._alive = alive
+            await self._groups.set_ownership(owns)
+
+    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        ctx = self.ctx
+        assert ctx is not None  # the listener serves only once the context is built
+        ip = str((writer.get_extra_info("peername") or ("?",))[0])
+        refused = self._quotas.admit(ip)
+        if refused is not None:
+            log.info("closing connection from %s: %s", ip, refused)
+            writer.transport.abort()
+            return
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        try:
+            await serve_connection(
+                reader, writer, lambda frame, peer: dispatch(ctx, frame, peer), self._settings, self._budget
+            )
+        finally:
+            self._connections.discard(task)
+            self._quotas.release(ip)
 
     def _halt(self, reason: str) -> None:
         log.error("halting the broker: %s", reason)
         self.fatal.set()
 
     async def _tail_metadata(self) -> None:
-        assert self.ctx is not None
+        """Follow the metadata log: publish each newer image to ``partitions`` (other brokers'
+        topic changes) and move group coordination when brokers come and go."""
+        assert self.ctx is not None and self._partitions is not None
         while True:
             await asyncio.sleep(METADATA_POLL_S)
             try:
-                await self.run_blocking(self.ctx.metadata.catch_up)
+                image = await self.run_blocking(self.ctx.metadata.catch_up)
+                await self._partitions.publish(image)
+                await self._place_groups(image)
             except Exception:
-                log.exception("reading the metadata log failed")
-
-    async def _renew_lease(self) -> None:
-        assert self.ctx is not None
-        while True:
-            await asyncio.sleep(LEASE_RENEW_S)
-            try:
-                await self.run_blocking(self.ctx.controller.renew)
-            except Exception:
-                log.exception("renewing the controller lease failed")
+                log.exception("following the metadata log failed")
 
     async def stop(self) -> None:
         """Stop accepting, finish or fail every in-flight produce, then close everything."""
         log.info("Shoal broker %d shutting down", self.node_id)
         if self._server is not None:
             self._server.close()
+        if self._duties is not None:
+            await self._duties.stop()
         if self._partitions is not None:
             # Diskless first: the active WAL segment is flushed and its upload and commit awaited,
             # so every request already accepted is answered with its real outcome.
@@ -218,6 +279,9 @@ class Broker:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self._membership is not None:
+            # Last: the controller fences this broker once it leaves the registry.
+            await self._membership.stop()
         if self._storage is not None:
             await self._storage.close()
         if self._stores is not None:

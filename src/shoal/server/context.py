@@ -16,11 +16,16 @@ from shoal.groups.coordinator import GroupCoordinator
 from shoal.metadata.cache import MetadataCache
 from shoal.metadata.controller import Controller
 from shoal.metadata.image import MetadataImage
+from shoal.metadata.log import MetadataConflictError
 from shoal.observability.metrics import BrokerMetrics
 from shoal.partitions.manager import Partitions
+from shoal.protocol.errors import ErrorCode, KafkaError
 from shoal.txn.producer_ids import ProducerIdManager
 
 T = TypeVar("T")
+
+#: How many times a change is decided again when other brokers' appends overtake it.
+CONFLICT_RETRIES = 20
 
 
 @dataclass
@@ -43,9 +48,19 @@ class ServerContext:
         return self.metadata.image
 
     async def control(self, operation: Callable[..., T], *args: Any) -> T:
-        """Run a controller operation (serially, off the loop) and catch the image up with it."""
+        """Run a cluster change (serially, off the loop), then catch the image up with it and
+        publish it to ``partitions`` so its storage exists before the caller answers. A change
+        another broker's append overtook is decided again on the newer image."""
         async with self.controller_lock:
             try:
-                return await self.run_blocking(operation, *args)
+                for _ in range(CONFLICT_RETRIES):
+                    try:
+                        return await self.run_blocking(operation, *args)
+                    except MetadataConflictError:
+                        continue
+                raise KafkaError(
+                    ErrorCode.not_controller,
+                    f"the metadata log kept moving under this change ({CONFLICT_RETRIES} attempts); retry",
+                )
             finally:
-                await self.run_blocking(self.metadata.catch_up)
+                await self.partitions.publish(await self.run_blocking(self.metadata.catch_up))

@@ -104,12 +104,11 @@ async def handle_create_topics(ctx: ServerContext, header: RequestHeader, reques
 
 
 async def create_topic(ctx: ServerContext, new_topic: NewTopic) -> CreatedTopic:
-    """Record a topic in the metadata log, then have ``partitions`` create its storage.
-    Raises KafkaError when refused."""
+    """Record a topic in the metadata log; its storage is created when ``ctx.control`` publishes the
+    change (every other broker does the same when its tail reaches it). Raises KafkaError when refused."""
     created, _ = await ctx.control(ctx.controller.create_topic, new_topic)
     topic = ctx.image.topic(created.name)
     assert topic is not None  # the controller's write is in the image (ctx.control caught up)
-    await ctx.partitions.create_topic(topic, is_new=True)
     log.info(
         "created %s topic %s (%s) with %d partitions, configs %s",
         ctx.partitions.describe_kind(topic),
@@ -196,7 +195,6 @@ async def handle_delete_topics(ctx: ServerContext, header: RequestHeader, reques
                     ErrorCode.unknown_topic_or_partition, "This server does not host this topic-partition."
                 )
             await ctx.control(ctx.controller.delete_topic, topic.topic_id)
-            await ctx.partitions.delete_topic(topic)
             log.info("deleted topic %s (%s)", topic.name, topic.topic_id)
             fields.update(name=topic.name, topic_id=topic.topic_id, error_code=ErrorCode.none)
         except KafkaError as exc:
@@ -334,9 +332,6 @@ async def _alter_configs(ctx: ServerContext, header: RequestHeader, request: Any
             else:
                 desired = {c.name: c.value for c in resource.configs}
             await ctx.control(ctx.controller.alter_topic_configs, topic.name, desired, request.validate_only)
-            altered = ctx.image.topic(topic.name)
-            if not request.validate_only and altered is not None:
-                ctx.partitions.topic_config_changed(altered)
             if not request.validate_only:
                 log.info("altered configs of topic %s: %s", topic.name, desired)
         except KafkaError as exc:
@@ -394,13 +389,13 @@ async def handle_create_partitions(ctx: ServerContext, header: RequestHeader, re
 async def add_partitions(
     ctx: ServerContext, name: str, count: int, assignments: list[Any] | None, validate_only: bool
 ) -> None:
-    """Record the new partitions in the metadata log, then have ``partitions`` create their storage."""
+    """Record the new partitions in the metadata log (``ctx.control`` publishes them: their storage
+    is created before it returns)."""
     new, offset = await ctx.control(ctx.controller.create_partitions, name, count, assignments, validate_only)
     if offset is None:
         return
     topic = ctx.image.topic(name)
     assert topic is not None  # the controller's write is in the image (ctx.control caught up)
-    await ctx.partitions.add_partitions(topic, new)
     log.info(
         "added partitions %s to %s topic %s, which now has %d",
         new,

@@ -1,6 +1,6 @@
 """FindCoordinator (10) and InitProducerId (22).
 
-Every key is coordinated by this node for now. Transactions are not served yet:
+A group's coordinator is placed among the alive brokers (``shoal.cluster.placement``). Transactions are not served yet:
 transactional requests get a clear INVALID_REQUEST rather than a retry loop.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from shoal.cluster.placement import group_coordinator
 from shoal.protocol.apis import RequestHeader, response_class
 from shoal.protocol.build import make, nested
 from shoal.protocol.errors import ErrorCode
@@ -20,28 +21,34 @@ KEY_TYPE_TRANSACTION = 1
 _NO_TXN = "Transactions are not supported by this Shoal version yet"
 
 
-async def handle_find_coordinator(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
-    cls = response_class(header.api_key, header.api_version)
-    me = ctx.image.brokers.get(ctx.node_id)
-    host, port = (me.host, me.port) if me else ("", -1)
-    key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
+def _find(ctx: ServerContext, key_type: int, key: str) -> tuple[ErrorCode, str | None, int, str, int]:
+    """(error, message, node id, host, port) of the coordinator of one key."""
     if key_type == KEY_TYPE_TRANSACTION:
-        error, message, node, host, port = ErrorCode.invalid_request, _NO_TXN, -1, "", -1
-    elif key_type != KEY_TYPE_GROUP:
-        error, message, node = ErrorCode.invalid_request, f"Unsupported coordinator key type {key_type}", -1
-        host, port = "", -1
-    else:
-        error, message, node = ErrorCode.none, None, ctx.node_id
+        return ErrorCode.invalid_request, _NO_TXN, -1, "", -1
+    if key_type != KEY_TYPE_GROUP:
+        return ErrorCode.invalid_request, f"Unsupported coordinator key type {key_type}", -1, "", -1
+    image = ctx.image
+    node = group_coordinator(image, key, ctx.config["offsets.topic.num.partitions"])
+    broker = image.brokers.get(node) if node is not None else None
+    if broker is None:
+        return ErrorCode.coordinator_not_available, "No broker is alive to coordinate the group", -1, "", -1
+    return ErrorCode.none, None, broker.node_id, broker.host, broker.port
+
+
+async def handle_find_coordinator(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
+    """The group's coordinator: the alive broker owning its coordinator partition
+    (``shoal.cluster.placement``); v4+ answers a batch of keys."""
+    cls = response_class(header.api_key, header.api_version)
+    key_type = getattr(request, "key_type", KEY_TYPE_GROUP)
     if header.api_version >= 4:
         coordinator_cls = nested(cls, "Coordinator")
-        return make(
-            cls,
-            throttle_time=_ZERO,
-            coordinators=tuple(
-                make(coordinator_cls, key=key, node_id=node, host=host, port=port, error_code=error, error_message=message)
-                for key in request.coordinator_keys
-            ),
-        )
+        coordinators = []
+        for key in request.coordinator_keys:
+            error, message, node, host, port = _find(ctx, key_type, key)
+            coordinators.append(make(coordinator_cls, key=key, node_id=node, host=host, port=port,
+                                     error_code=error, error_message=message))
+        return make(cls, throttle_time=_ZERO, coordinators=tuple(coordinators))
+    error, message, node, host, port = _find(ctx, key_type, request.key)
     return make(cls, throttle_time=_ZERO, error_code=error, error_message=message, node_id=node, host=host, port=port)
 
 

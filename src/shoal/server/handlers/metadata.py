@@ -1,4 +1,7 @@
-"""Metadata (3, v0-v14), DescribeTopicPartitions (75) and DescribeCluster (60).
+"""Metadata (3, v0-v14), DescribeTopicPartitions (75) and DescribeCluster (60, v0-v2).
+
+Both list the brokers that are alive (unfenced); a fenced broker is left out as Kafka leaves it
+out, except from DescribeCluster v2 with ``IncludeFencedBrokers``.
 
 Metadata v14 is KIP-1163's: the client sends its rack, and diskless partitions
 answer ``IsDiskless`` and ``PreferredProduceBrokers`` (``partitions.views`` shapes them). Older clients can put
@@ -59,8 +62,12 @@ async def handle_metadata(ctx: ServerContext, header: RequestHeader, request: An
                 topic = ctx.image.topic(name)
                 log.info("auto-created topic %s for %s", name, header.client_id)
             except KafkaError as exc:
-                log.info("auto-creating topic %r for %s refused: %s", name, header.client_id, exc.message)
-                error = exc.code
+                # Another broker may have just made it: the failed attempt caught the image up.
+                topic = ctx.image.topic(name)
+                if topic is None:
+                    log.info("auto-creating topic %r for %s refused: %s", name, header.client_id, exc.message)
+                    # As Kafka: a topic being created elsewhere is LEADER_NOT_AVAILABLE (retriable).
+                    error = ErrorCode.leader_not_available if exc.code == ErrorCode.topic_already_exists else exc.code
         if topic is None:
             topics.append(make(topic_cls, error_code=error, name=name, topic_id=topic_id, is_internal=False,
                                partitions=(), topic_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS))
@@ -86,17 +93,13 @@ async def handle_metadata(ctx: ServerContext, header: RequestHeader, request: An
         cls,
         throttle_time=_ZERO,
         brokers=tuple(make(broker_cls, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-                      for b in _brokers(image)),
+                      for b in image.alive_brokers()),
         cluster_id=ctx.cluster_id,
         controller_id=ctx.node_id,
         topics=tuple(topics),
         cluster_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS,
         error_code=ErrorCode.none,
     )
-
-
-def _brokers(image: MetadataImage) -> list[BrokerImage]:
-    return [image.brokers[b] for b in sorted(image.brokers)]
 
 
 async def handle_describe_topic_partitions(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
@@ -133,6 +136,11 @@ async def handle_describe_topic_partitions(ctx: ServerContext, header: RequestHe
     return make(cls, throttle_time=_ZERO, topics=tuple(topics), next_cursor=next_cursor)
 
 
+def _described_brokers(image: MetadataImage, include_fenced: bool) -> list[BrokerImage]:
+    """Unfenced brokers, and fenced ones too when DescribeCluster v2 asks (KIP-1073)."""
+    return [image.brokers[b] for b in sorted(image.brokers) if include_fenced or not image.brokers[b].fenced]
+
+
 async def handle_describe_cluster(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     cls = response_class(header.api_key, header.api_version)
     broker_cls = nested(cls, "DescribeClusterBroker")
@@ -144,7 +152,8 @@ async def handle_describe_cluster(ctx: ServerContext, header: RequestHeader, req
         endpoint_type=1,
         cluster_id=ctx.cluster_id,
         controller_id=ctx.node_id,
-        brokers=tuple(make(broker_cls, broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
-                      for b in _brokers(ctx.image)),
+        brokers=tuple(make(broker_cls, broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack,
+                           is_fenced=b.fenced)
+                      for b in _described_brokers(ctx.image, getattr(request, "include_fenced_brokers", False))),
         cluster_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS,
     )

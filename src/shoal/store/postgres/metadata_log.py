@@ -4,11 +4,11 @@ The same tables and semantics as ``shoal.store.sqlite.metadata_log`` (schema com
 ``metadata``), for several brokers on several hosts sharing one database:
 
 * Offsets are taken inside the append transaction: it locks the lease row (``FOR UPDATE``),
-  checks the caller's epoch against it, then inserts from ``MAX(offset) + 1``. Every append and
-  every lease change goes through that one row lock, so appends are serialised, a stale and a
-  current controller cannot interleave, a fenced append writes nothing, and offsets are
-  strictly increasing and gapless in commit order (a reader never sees offset n+1 without n).
-* The lease's time is the database server's clock (``clock_timestamp()``, milliseconds since the
+  checks that the log ends at the offset the caller decided on (compare-and-append), then
+  inserts from ``MAX(offset) + 1``. Every append goes through that one row lock, so appends are
+  serialised, a stale decision writes nothing, and offsets are strictly increasing and gapless
+  in commit order (a reader never sees offset n+1 without n).
+* The lease's and the broker registry's time is the database server's clock (``clock_timestamp()``, milliseconds since the
   epoch), never the brokers': brokers on different hosts compare expiries on one clock. Taking
   the lease is one ``INSERT ... ON CONFLICT DO UPDATE ... WHERE`` statement, atomic against
   concurrent takers.
@@ -25,13 +25,20 @@ failures are retried a few times.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 
 import psycopg
 
-from shoal.metadata.log import READ_LIMIT, FencedControllerError, new_cluster_id
+from shoal.metadata.log import (
+    READ_LIMIT,
+    BrokerRegistration,
+    MetadataConflictError,
+    new_cluster_id,
+)
 from shoal.metadata.records import MetadataRecord, decode_record, encode_record
 from shoal.store.postgres.connection import PooledStore
+from shoal.store.registry import check_takeover
 
 __all__ = ["PostgresMetadataStore"]
 
@@ -60,6 +67,20 @@ _MIGRATIONS = [
         cluster_id TEXT NOT NULL
     )
     """,
+    # 2: compare-and-append (any broker decides a change; the lease no longer fences appends),
+    # and the broker registry that brokers write themselves and the controller reads to fence.
+    """
+    ALTER TABLE metadata_log RENAME COLUMN controller_epoch TO writer_node_id;
+    CREATE TABLE broker_registrations (
+        node_id INTEGER PRIMARY KEY,
+        incarnation_id TEXT NOT NULL,
+        host TEXT NOT NULL,
+        port INTEGER NOT NULL,
+        rack TEXT,
+        registered_at_ms BIGINT NOT NULL,
+        heartbeat_at_ms BIGINT NOT NULL
+    )
+    """,
 ]
 
 #: The database server's wall clock in milliseconds since the epoch (advances within a transaction).
@@ -76,7 +97,7 @@ _ACQUIRE = f"""
 
 
 class PostgresMetadataStore(PooledStore):
-    """Metadata log, controller lease and cluster id in one PostgreSQL database.
+    """Metadata log, broker registry, controller lease and cluster id in one PostgreSQL database.
 
     ``timeout`` bounds, in seconds, how long a call waits for a connection (and each connection
     attempt) and for a row lock; a call that exceeds it raises ``psycopg.OperationalError``.
@@ -112,7 +133,7 @@ class PostgresMetadataStore(PooledStore):
         """Take or renew the controller lease; returns our epoch, or None if another node holds it.
 
         A node that takes over a lease (its own after a restart included) gets a new epoch,
-        which fences appends made under the old one. Expiry is on the database server's clock.
+        so a holder that lost it can tell (its renewals fail). Expiry is on the database server's clock.
         """
 
         def work(conn: psycopg.Connection) -> int | None:
@@ -134,42 +155,105 @@ class PostgresMetadataStore(PooledStore):
 
         return self._run("renewing the controller lease", work)
 
-    def append(self, records: Sequence[MetadataRecord], controller_epoch: int) -> int:
-        """Append records atomically under the given lease epoch; returns the last offset.
+    def append(self, records: Sequence[MetadataRecord], after_offset: int, writer: int) -> int:
+        """Append records atomically right after ``after_offset``; returns the last offset.
 
-        Raises FencedControllerError, writing nothing, when ``controller_epoch`` is not the
-        active lease epoch.
+        Raises MetadataConflictError, writing nothing, when the log has moved past it.
         """
         encoded = [encode_record(record) for record in records]
 
         def work(conn: psycopg.Connection) -> int:
             with conn.transaction():
-                # The lease row lock serialises appends with each other and with lease changes.
-                row = conn.execute(
-                    f"SELECT epoch, {_NOW_MS} FROM metadata_controller_lease WHERE id = 1 FOR UPDATE"
-                ).fetchone()
-                if row is None or row[0] != controller_epoch:
-                    raise FencedControllerError(
-                        f"controller epoch {controller_epoch} is fenced (active epoch {row[0] if row else None})"
+                # The lease row lock serialises appends with each other.
+                row = conn.execute(f"SELECT {_NOW_MS} FROM metadata_controller_lease WHERE id = 1 FOR UPDATE").fetchone()
+                if row is None:
+                    # No lease row yet (nobody ever took the lease): create it to lock on.
+                    conn.execute(
+                        "INSERT INTO metadata_controller_lease (id, node_id, epoch, expires_at_ms) "
+                        "VALUES (1, -1, 0, 0) ON CONFLICT (id) DO NOTHING"
                     )
-                now = row[1]
+                    row = conn.execute(
+                        f"SELECT {_NOW_MS} FROM metadata_controller_lease WHERE id = 1 FOR UPDATE"
+                    ).fetchone()
+                    assert row is not None
+                now = row[0]
                 max_row = conn.execute('SELECT COALESCE(MAX("offset"), -1) FROM metadata_log').fetchone()
                 assert max_row is not None
                 last = int(max_row[0])
+                if last != after_offset:
+                    raise MetadataConflictError(f"the metadata log is at offset {last}, not {after_offset}")
                 if encoded:
                     with (
                         conn.cursor() as cur,
                         cur.copy(
-                            'COPY metadata_log ("offset", controller_epoch, record_type, payload, appended_at) '
+                            'COPY metadata_log ("offset", writer_node_id, record_type, payload, appended_at) '
                             "FROM STDIN"
                         ) as copy,
                     ):
                         for record_type, payload in encoded:
                             last += 1
-                            copy.write_row((last, controller_epoch, record_type, payload, now))
+                            copy.write_row((last, writer, record_type, payload, now))
                 return last
 
         return self._run("appending to the metadata log", work)
+
+    def register_broker(
+        self, node_id: int, incarnation_id: uuid.UUID, host: str, port: int, rack: str | None,
+        session_timeout_ms: int,
+    ) -> None:
+        def work(conn: psycopg.Connection) -> None:
+            with conn.transaction():
+                # Registrations of one node id are serialised by its row (or the insert's conflict).
+                row = conn.execute(
+                    f"SELECT incarnation_id, host, port, {_NOW_MS} - heartbeat_at_ms FROM broker_registrations "
+                    "WHERE node_id = %s FOR UPDATE",
+                    (node_id,),
+                ).fetchone()
+                if row is not None and row[0] != str(incarnation_id):
+                    check_takeover(node_id, row[0], row[1], row[2], int(row[3]), host, port, session_timeout_ms)
+                conn.execute(
+                    "INSERT INTO broker_registrations "
+                    "(node_id, incarnation_id, host, port, rack, registered_at_ms, heartbeat_at_ms) "
+                    f"VALUES (%s, %s, %s, %s, %s, {_NOW_MS}, {_NOW_MS}) ON CONFLICT (node_id) DO UPDATE SET "
+                    "incarnation_id = excluded.incarnation_id, host = excluded.host, port = excluded.port, "
+                    "rack = excluded.rack, registered_at_ms = excluded.registered_at_ms, "
+                    "heartbeat_at_ms = excluded.heartbeat_at_ms",
+                    (node_id, str(incarnation_id), host, port, rack),
+                )
+
+        self._run("registering the broker", work)
+
+    def heartbeat_broker(self, node_id: int, incarnation_id: uuid.UUID) -> bool:
+        def work(conn: psycopg.Connection) -> bool:
+            cur = conn.execute(
+                f"UPDATE broker_registrations SET heartbeat_at_ms = {_NOW_MS} "
+                "WHERE node_id = %s AND incarnation_id = %s",
+                (node_id, str(incarnation_id)),
+            )
+            return cur.rowcount == 1
+
+        return self._run("sending the broker heartbeat", work)
+
+    def unregister_broker(self, node_id: int, incarnation_id: uuid.UUID) -> None:
+        def work(conn: psycopg.Connection) -> None:
+            conn.execute(
+                "DELETE FROM broker_registrations WHERE node_id = %s AND incarnation_id = %s",
+                (node_id, str(incarnation_id)),
+            )
+
+        self._run("unregistering the broker", work)
+
+    def broker_registrations(self) -> list[BrokerRegistration]:
+        def work(conn: psycopg.Connection) -> list[tuple]:
+            return conn.execute(
+                f"SELECT node_id, incarnation_id, host, port, rack, {_NOW_MS} - heartbeat_at_ms "
+                "FROM broker_registrations ORDER BY node_id"
+            ).fetchall()
+
+        return [
+            BrokerRegistration(int(n), uuid.UUID(inc), host, int(port), rack, max(0, int(age)))
+            for n, inc, host, port, rack, age in self._run("reading the broker registry", work)
+        ]
 
     def read(self, from_offset: int, limit: int = READ_LIMIT) -> list[tuple[int, MetadataRecord]]:
         """Records with offset >= from_offset, in order."""

@@ -1,19 +1,30 @@
-"""The metadata log, the controller lease and the cluster id on SQLite (``MetadataStore``).
+"""The metadata log, the broker registry, the controller lease and the cluster id on SQLite
+(``MetadataStore``).
 
 The tables usually sit in the database file of the Batch Coordinator (one
-``schema_versions`` component each); the controller's appends are fenced by the lease
-epoch inside one ``BEGIN IMMEDIATE`` transaction each.
+``schema_versions`` component each); several broker processes on one host share the file.
+Each append is a compare-and-append inside one ``BEGIN IMMEDIATE`` transaction (SQLite's
+single writer serialises them). Time is the host's wall clock, which every process sharing
+the file reads.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from shoal.metadata.log import READ_LIMIT, FencedControllerError, new_cluster_id
+from shoal.metadata.log import (
+    READ_LIMIT,
+    BrokerRegistration,
+    MetadataConflictError,
+    new_cluster_id,
+)
 from shoal.metadata.records import MetadataRecord, decode_record, encode_record
+from shoal.store.registry import check_takeover
 from shoal.store.sqlite.connection import apply_schema, open_sqlite
 
 __all__ = ["SqliteMetadataStore"]
@@ -39,6 +50,20 @@ _MIGRATIONS = [
     CREATE TABLE metadata_cluster (
         id INTEGER PRIMARY KEY CHECK (id = 1),
         cluster_id TEXT NOT NULL
+    )
+    """,
+    # 2: compare-and-append (any broker decides a change; the lease no longer fences appends),
+    # and the broker registry that brokers write themselves and the controller reads to fence.
+    """
+    ALTER TABLE metadata_log RENAME COLUMN controller_epoch TO writer_node_id;
+    CREATE TABLE broker_registrations (
+        node_id INTEGER PRIMARY KEY,
+        incarnation_id TEXT NOT NULL,
+        host TEXT NOT NULL,
+        port INTEGER NOT NULL,
+        rack TEXT,
+        registered_at_ms INTEGER NOT NULL,
+        heartbeat_at_ms INTEGER NOT NULL
     )
     """,
 ]
@@ -77,7 +102,7 @@ class SqliteMetadataStore:
         """Take or renew the controller lease; returns our epoch, or None if another node holds it.
 
         A node that takes over a lease (its own after a restart included) gets a new epoch,
-        which fences appends made under the old one.
+        so a holder that lost it can tell (its renewals fail).
         """
         now = int(time.time() * 1000)
         with self._lock:
@@ -116,31 +141,82 @@ class SqliteMetadataStore:
             )
             return cur.rowcount == 1
 
-    def append(self, records: Sequence[MetadataRecord], controller_epoch: int) -> int:
-        """Append records atomically under the given lease epoch; returns the last offset."""
-        now = int(time.time() * 1000)
+    def append(self, records: Sequence[MetadataRecord], after_offset: int, writer: int) -> int:
+        """Append records atomically right after ``after_offset``; returns the last offset."""
+        now = _now_ms()
+        with self._lock, self._transaction():
+            last = self._conn.execute("SELECT COALESCE(MAX(offset), -1) FROM metadata_log").fetchone()[0]
+            if last != after_offset:
+                raise MetadataConflictError(f"the metadata log is at offset {last}, not {after_offset}")
+            for record in records:
+                last += 1
+                record_type, payload = encode_record(record)
+                self._conn.execute(
+                    "INSERT INTO metadata_log (offset, writer_node_id, record_type, payload, appended_at) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (last, writer, record_type, payload, now),
+                )
+            return int(last)
+
+    def register_broker(
+        self, node_id: int, incarnation_id: uuid.UUID, host: str, port: int, rack: str | None,
+        session_timeout_ms: int,
+    ) -> None:
+        now = _now_ms()
+        with self._lock, self._transaction():
+            row = self._conn.execute(
+                "SELECT incarnation_id, host, port, heartbeat_at_ms FROM broker_registrations WHERE node_id = ?",
+                (node_id,),
+            ).fetchone()
+            if row is not None and row[0] != str(incarnation_id):
+                check_takeover(node_id, row[0], row[1], row[2], now - row[3], host, port, session_timeout_ms)
+            self._conn.execute(
+                "INSERT INTO broker_registrations "
+                "(node_id, incarnation_id, host, port, rack, registered_at_ms, heartbeat_at_ms) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (node_id) DO UPDATE SET "
+                "incarnation_id = excluded.incarnation_id, host = excluded.host, port = excluded.port, "
+                "rack = excluded.rack, registered_at_ms = excluded.registered_at_ms, "
+                "heartbeat_at_ms = excluded.heartbeat_at_ms",
+                (node_id, str(incarnation_id), host, port, rack, now, now),
+            )
+
+    def heartbeat_broker(self, node_id: int, incarnation_id: uuid.UUID) -> bool:
         with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                row = self._conn.execute("SELECT epoch FROM metadata_controller_lease WHERE id = 1").fetchone()
-                if row is None or row[0] != controller_epoch:
-                    raise FencedControllerError(
-                        f"controller epoch {controller_epoch} is fenced (active epoch {row[0] if row else None})"
-                    )
-                last = self._conn.execute("SELECT COALESCE(MAX(offset), -1) FROM metadata_log").fetchone()[0]
-                for record in records:
-                    last += 1
-                    record_type, payload = encode_record(record)
-                    self._conn.execute(
-                        "INSERT INTO metadata_log (offset, controller_epoch, record_type, payload, appended_at) "
-                        "VALUES (?, ?, ?, ?, ?)",
-                        (last, controller_epoch, record_type, payload, now),
-                    )
-                self._conn.execute("COMMIT")
-                return last
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
+            cur = self._conn.execute(
+                "UPDATE broker_registrations SET heartbeat_at_ms = ? WHERE node_id = ? AND incarnation_id = ?",
+                (_now_ms(), node_id, str(incarnation_id)),
+            )
+            return cur.rowcount == 1
+
+    def unregister_broker(self, node_id: int, incarnation_id: uuid.UUID) -> None:
+        with self._lock:
+            self._conn.execute(
+                "DELETE FROM broker_registrations WHERE node_id = ? AND incarnation_id = ?",
+                (node_id, str(incarnation_id)),
+            )
+
+    def broker_registrations(self) -> list[BrokerRegistration]:
+        now = _now_ms()
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT node_id, incarnation_id, host, port, rack, heartbeat_at_ms FROM broker_registrations "
+                "ORDER BY node_id"
+            ).fetchall()
+        return [
+            BrokerRegistration(node_id, uuid.UUID(inc), host, port, rack, max(0, now - beat))
+            for node_id, inc, host, port, rack, beat in rows
+        ]
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """One ``BEGIN IMMEDIATE`` write transaction (call with ``self._lock`` held)."""
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
 
     def read(self, from_offset: int, limit: int = READ_LIMIT) -> list[tuple[int, MetadataRecord]]:
         """Records with offset >= from_offset, in order."""
@@ -150,3 +226,7 @@ class SqliteMetadataStore:
                 (from_offset, limit),
             ).fetchall()
         return [(offset, decode_record(t, p)) for offset, t, p in rows]
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000

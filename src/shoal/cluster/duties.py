@@ -1,0 +1,103 @@
+"""The controller role: one broker at a time holds the lease in the metadata store and runs the
+cluster's periodic duties.
+
+Each ``broker.heartbeat.interval.ms`` a controller-role broker that does not hold the lease tries
+to take it (it is free once its holder has not renewed it for ``broker.session.timeout.ms``); the
+holder renews it and writes the fencing the broker registry calls for (``fencing``). Work that
+must run once per cluster (diskless retention, the object cleaner, group offset expiry) asks
+``active`` before each round. Topic and config changes do not need the lease: every broker
+decides them by compare-and-append (``shoal.metadata.controller``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from shoal.cluster.fencing import fencing_changes
+from shoal.metadata.image import MetadataImage
+from shoal.metadata.log import MetadataConflictError, MetadataStore
+
+log = logging.getLogger(__name__)
+
+
+class ControllerDuties:
+    """Takes, keeps and uses the controller lease for one controller-role broker."""
+
+    def __init__(
+        self,
+        store: MetadataStore,
+        run_blocking: Callable[..., Awaitable[Any]],
+        catch_up: Callable[[], MetadataImage],
+        node_id: int,
+        *,
+        heartbeat_interval_ms: int,
+        session_timeout_ms: int,
+    ) -> None:
+        self._store = store
+        self._run_blocking = run_blocking
+        self._catch_up = catch_up
+        self._node_id = node_id
+        self._interval = heartbeat_interval_ms / 1000
+        self._session_timeout_ms = session_timeout_ms
+        self._epoch: int | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def active(self) -> bool:
+        """Whether this broker holds the controller lease (as of its last renewal)."""
+        return self._epoch is not None
+
+    async def tick(self) -> None:
+        """One round: take or renew the lease, then (as holder) write the fencing changes."""
+        await self._run_blocking(self._tick_blocking)
+
+    def _tick_blocking(self) -> None:
+        if self._epoch is not None and not self._store.renew_lease(
+            self._node_id, self._epoch, self._session_timeout_ms
+        ):
+            log.warning("node %d lost the controller lease (epoch %d)", self._node_id, self._epoch)
+            self._epoch = None
+        if self._epoch is None:
+            self._epoch = self._store.acquire_lease(self._node_id, self._session_timeout_ms)
+            if self._epoch is None:
+                return
+            log.info("node %d is the active controller (lease epoch %d)", self._node_id, self._epoch)
+        image = self._catch_up()
+        changes = fencing_changes(image, self._store.broker_registrations(), self._session_timeout_ms)
+        if not changes:
+            return
+        try:
+            self._store.append(changes, image.offset, self._node_id)
+        except MetadataConflictError:
+            return  # another broker appended meanwhile: the next round decides on the newer image
+        for change in changes:
+            log.info("controller: %s", change)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="controller-duties")
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            try:
+                await self.tick()
+            except Exception as exc:  # the store is down: the lease expires unless renewed in time
+                log.warning("controller round failed: %s", exc)
+
+    async def stop(self) -> None:
+        """Stop the rounds and resign: the lease is renewed to expire now, so a standby takes
+        over at its next round rather than after ``broker.session.timeout.ms``."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        epoch, self._epoch = self._epoch, None
+        if epoch is not None:
+            try:
+                await self._run_blocking(self._store.renew_lease, self._node_id, epoch, 0)
+            except Exception as exc:
+                log.warning("resigning the controller lease failed (it expires by itself): %s", exc)

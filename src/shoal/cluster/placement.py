@@ -1,0 +1,85 @@
+"""Where things live among the brokers that are alive (unfenced), decided the same way by every
+broker from its metadata image, so no broker has to ask another.
+
+- A diskless partition is served by any broker: clients get one in their own rack (KIP-1163).
+- A group's coordinator is the owner of the group's coordinator partition, computed exactly as
+  Kafka picks the group's ``__consumer_offsets`` partition (GroupCoordinatorService.partitionFor:
+  ``Utils.abs(groupId.hashCode()) % offsets.topic.num.partitions``);
+  partitions are spread evenly over the registered brokers, and a fenced broker's partitions
+  stand in on alive ones (``partition_owner``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+from shoal.metadata.image import MetadataImage
+
+_INT_MIN = -(2**31)
+
+
+def java_string_hash(s: str) -> int:
+    """Java's ``String.hashCode()``: ``s[0]*31^(n-1) + ... + s[n-1]`` in 32-bit signed arithmetic.
+
+    Java strings are UTF-16, so a character outside the Basic Multilingual Plane counts as its
+    two surrogate code units, not as one code point.
+    """
+    units = s.encode("utf-16-be", "surrogatepass")  # surrogatepass: a lone surrogate is one unit, as in Java
+    h = 0
+    for i in range(0, len(units), 2):
+        h = (31 * h + (units[i] << 8 | units[i + 1])) & 0xFFFFFFFF
+    return h - 2**32 if h & 0x80000000 else h
+
+
+def kafka_abs(n: int) -> int:
+    """Kafka's ``Utils.abs``: ``Math.abs`` except that ``Integer.MIN_VALUE`` (whose ``Math.abs`` is
+    itself, still negative) gives 0. Not ``n & 0x7fffffff`` (``Utils.toPositive``, the producer's
+    partitioner): the two differ for every negative hash code."""
+    return 0 if n == _INT_MIN else abs(n)
+
+
+def group_partition(group_id: str, partitions: int) -> int:
+    """The ``__consumer_offsets`` partition whose leader coordinates ``group_id``."""
+    if partitions <= 0:
+        raise ValueError(f"the offsets topic needs at least one partition, not {partitions}")
+    return kafka_abs(java_string_hash(group_id)) % partitions
+
+
+def partition_owner(partition: int, registered: Sequence[int], alive: Sequence[int]) -> int | None:
+    """The broker owning a coordinator partition. Its home is ``registered[partition % n]`` over
+    every registered broker (fenced ones included), which spreads partitions evenly; while the
+    home is fenced, the alive broker of highest rendezvous weight stands in, so a broker that dies
+    moves only its own partitions, and gets them back when it returns (as Kafka's preferred
+    leaders do)."""
+    if not alive:
+        return None
+    ordered = sorted(registered)
+    home = ordered[partition % len(ordered)] if ordered else None
+    if home in alive:
+        return home
+    return max(alive, key=lambda b: (_weight(partition, b), b))
+
+
+def _weight(partition: int, broker: int) -> int:
+    """A well-mixed 64-bit weight (CRC32 is linear and would skew the spread)."""
+    return int.from_bytes(hashlib.blake2b(f"{partition}:{broker}".encode(), digest_size=8).digest(), "big")
+
+
+def group_coordinator(image: MetadataImage, group_id: str, partitions: int) -> int | None:
+    """The node that coordinates ``group_id`` now (None when no broker is alive)."""
+    return partition_owner(
+        group_partition(group_id, partitions), list(image.brokers), [b.node_id for b in image.alive_brokers()]
+    )
+
+
+def preferred_brokers(image: MetadataImage, partition: int, rack: str | None) -> list[int]:
+    """KIP-1163's rack-aware choice for a diskless partition: alive brokers in the client's rack
+    (every alive broker when none is there), rotated by partition index for round-robin spread."""
+    alive = image.alive_brokers()
+    in_rack = [b.node_id for b in alive if rack is not None and b.rack == rack]
+    candidates = in_rack or [b.node_id for b in alive]
+    if not candidates:
+        return []
+    start = partition % len(candidates)
+    return candidates[start:] + candidates[:start]
