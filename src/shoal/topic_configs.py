@@ -57,7 +57,7 @@ _RECOMPRESSION_ONLY = (
     "it then."
 )
 _THROTTLE_ONLY = (
-    "Every partition has one replica on a single-node Shoal, so no replica fetches it and it is stored "
+    "Every classic partition has one replica in this Shoal version (diskless data is kept by object storage), so no replica fetches it and it is stored "
     "and described without effect, as Kafka ignores it when nothing replicates."
 )
 _CLASSIC_ONLY = "Diskless topics have no local segments: there it is stored without effect."
@@ -261,7 +261,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             ConfigType.BOOLEAN,
             False,
             "Whether a replica outside the ISR may become leader as a last resort, losing data. Every "
-            "partition has one replica on a single-node Shoal, so there is no other replica to elect and "
+            "classic partition has one replica in this Shoal version, so there is no other replica to elect and "
             "it is stored and described without effect, as Kafka ignores it for a single replica.",
         ),
         _def(
@@ -269,7 +269,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             ConfigType.INT,
             1,
             "With acks=all, how many in-sync replicas must have a write. Kafka caps it at the replication "
-            "factor, and every partition has one replica on a single-node Shoal, so one replica always "
+            "factor, and every classic partition has one replica in this Shoal version (diskless data is kept by object storage), so one replica always "
             "satisfies it: stored and described, as Kafka does for a single replica.",
             at_least(1),
         ),

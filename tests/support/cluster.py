@@ -4,11 +4,12 @@ as an operator runs it (one server.properties per broker, distinct node ids and 
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.support.broker import BrokerProcess
+from tests.support.broker import BrokerProcess, free_port
 
 #: Fast membership for tests: fencing within ~2 s instead of Kafka's 9 s.
 FAST_MEMBERSHIP = {"broker.heartbeat.interval.ms": 250, "broker.session.timeout.ms": 2000}
@@ -33,6 +34,7 @@ class Cluster:
         self.brokers: list[BrokerProcess] = []
         for i in range(1, n + 1):
             props: dict[str, Any] = {"metadata.store.url": self.store_url, **FAST_MEMBERSHIP, **(overrides or {})}
+            props["metrics.http.port"] = free_port()
             rack = racks[(i - 1) % len(racks)] if racks else None
             if rack is not None:
                 props["broker.rack"] = rack
@@ -42,6 +44,19 @@ class Cluster:
 
     def broker(self, node_id: int) -> BrokerProcess:
         return self.brokers[node_id - 1]
+
+    def scrape(self, node_id: int) -> dict[str, float]:
+        """Broker ``node_id``'s Prometheus page as name -> value (unlabelled samples only)."""
+        port = int(self.broker(node_id).overrides["metrics.http.port"])
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+            text = answer.read().decode()
+        values = {}
+        for line in text.splitlines():
+            if line.startswith("#") or "{" in line or " " not in line:
+                continue
+            name, value = line.rsplit(" ", 1)
+            values[name] = float(value)
+        return values
 
     @property
     def bootstrap(self) -> str:

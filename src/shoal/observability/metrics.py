@@ -42,6 +42,10 @@ kafka_diskless_object_cleaner_errors_total (phase)         cleaner rounds skippe
 kafka_diskless_retention_deleted_batches_total             batches deleted by time/size retention
 kafka_diskless_retention_deleted_bytes_total               bytes of those batches
 kafka_diskless_retention_errors_total                      retention rounds that failed
+kafka_controller_kafkacontroller_activecontrollercount     kafka.controller:type=KafkaController,
+                                                           name=ActiveControllerCount (1 on the lease holder)
+kafka_controller_kafkacontroller_activebrokercount         ...name=ActiveBrokerCount (unfenced brokers)
+kafka_controller_kafkacontroller_fencedbrokercount         ...name=FencedBrokerCount
 =========================================================  =========================================================
 
 Every broker owns a ``BrokerMetrics`` with its own ``CollectorRegistry`` (never the
@@ -123,6 +127,42 @@ class _LogDirCollector(Collector):
             "kafka_server_replicamanager_offlinereplicacount",
             "kafka.server:type=ReplicaManager,name=OfflineReplicaCount: replicas on failed log dirs.",
             value=self._logs.offline_replica_count,
+        )
+
+
+class ClusterView(Protocol):
+    """What the broker knows of the cluster, read at scrape time."""
+
+    def is_controller(self) -> bool: ...
+
+    def broker_counts(self) -> tuple[int, int]:
+        """(unfenced, fenced) brokers in this broker's metadata image."""
+        ...
+
+
+class _ControllerCollector(Collector):
+    """Kafka's controller gauges: summed over brokers, ActiveControllerCount is 1 in a healthy cluster."""
+
+    def __init__(self, cluster: ClusterView) -> None:
+        self._cluster = cluster
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        active, fenced = self._cluster.broker_counts()
+        yield GaugeMetricFamily(
+            "kafka_controller_kafkacontroller_activecontrollercount",
+            "kafka.controller:type=KafkaController,name=ActiveControllerCount: 1 on the broker holding the "
+            "controller lease.",
+            value=int(self._cluster.is_controller()),
+        )
+        yield GaugeMetricFamily(
+            "kafka_controller_kafkacontroller_activebrokercount",
+            "kafka.controller:type=KafkaController,name=ActiveBrokerCount: unfenced brokers.",
+            value=active,
+        )
+        yield GaugeMetricFamily(
+            "kafka_controller_kafkacontroller_fencedbrokercount",
+            "kafka.controller:type=KafkaController,name=FencedBrokerCount: registered brokers that are fenced.",
+            value=fenced,
         )
 
 
@@ -285,6 +325,10 @@ class BrokerMetrics:
     def track_log_dirs(self, logs: LogDirCounts) -> None:
         """Export OfflineLogDirectoryCount and OfflineReplicaCount (read at scrape time)."""
         self.registry.register(_LogDirCollector(logs))
+
+    def track_cluster(self, cluster: ClusterView) -> None:
+        """Export ActiveControllerCount, ActiveBrokerCount and FencedBrokerCount (read at scrape time)."""
+        self.registry.register(_ControllerCollector(cluster))
 
     # ------------------------------------------------------------------ lifecycle
 

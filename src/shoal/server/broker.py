@@ -123,6 +123,7 @@ class Broker:
         storage_url = object_storage_url(config)
         self._storage = storage = open_object_storage(storage_url)
         self.metrics = metrics = BrokerMetrics()
+        metrics.track_cluster(self)
         self._partitions = partitions = build_partitions(
             config, self.node_id, cluster_id, lambda: metadata.image, stores.coordinator, storage, metrics,
             self.run_blocking, self._halt, is_controller=self.is_controller,
@@ -183,6 +184,12 @@ class Broker:
     def is_controller(self) -> bool:
         """Whether this broker runs the once-per-cluster duties now (it holds the controller lease)."""
         return self._duties is not None and self._duties.active
+
+    def broker_counts(self) -> tuple[int, int]:
+        """(unfenced, fenced) brokers in this broker's image, for the controller gauges."""
+        brokers = self._metadata.image.brokers.values() if self._metadata is not None else ()
+        fenced = sum(1 for b in brokers if b.fenced)
+        return len(brokers) - fenced, fenced
 
     async def _wait_until_unfenced(self) -> None:
         """Serve only once the controller has registered and unfenced this incarnation (KRaft's
