@@ -46,17 +46,26 @@ class Cluster:
         return self.brokers[node_id - 1]
 
     def scrape(self, node_id: int) -> dict[str, float]:
-        """Broker ``node_id``'s Prometheus page as name -> value (unlabelled samples only)."""
+        """Broker ``node_id``'s Prometheus page as sample (name with its labels) -> value."""
         port = int(self.broker(node_id).overrides["metrics.http.port"])
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
             text = answer.read().decode()
         values = {}
         for line in text.splitlines():
-            if line.startswith("#") or "{" in line or " " not in line:
+            if line.startswith("#") or " " not in line:
                 continue
             name, value = line.rsplit(" ", 1)
             values[name] = float(value)
         return values
+
+    def topic_bytes(self, node_id: int, topic: str) -> tuple[float, float]:
+        """(bytes in, bytes out) of ``topic`` on broker ``node_id`` (BrokerTopicMetrics)."""
+        m = self.scrape(node_id)
+        label = f'{{topic="{topic}"}}'
+        return (
+            m.get(f"kafka_server_brokertopicmetrics_bytesin_total{label}", 0.0),
+            m.get(f"kafka_server_brokertopicmetrics_bytesout_total{label}", 0.0),
+        )
 
     @property
     def bootstrap(self) -> str:

@@ -339,6 +339,7 @@ async def test_one_tick_takes_the_lease_and_unfences_a_registered_broker(store: 
     await duties.tick()
     assert duties.active
     image = cache.catch_up()
+    assert image.controller == (1, 1)
     assert image.brokers[1] == BrokerImage(1, "h1", 9092, "az-1", INC_1, fenced=False)
     assert [b.node_id for b in image.alive_brokers()] == [1]
     offset = image.offset
@@ -375,7 +376,9 @@ async def test_a_standby_takes_over_when_the_active_controller_stops(
         assert not first.active
         await second.tick()
         assert second.active
-        assert not second_cache.catch_up().brokers[3].fenced  # and now does the duties
+        image = second_cache.catch_up()
+        assert not image.brokers[3].fenced  # and now does the duties
+        assert image.controller is not None and image.controller[0] == 2  # announced in the log
         await first.tick()
         assert not first.active  # the old controller stays a standby while the lease is held
         await second.stop()

@@ -20,6 +20,7 @@ from shoal.metadata.controller import PRODUCER_ID_BLOCK_SIZE, Controller
 from shoal.metadata.log import BrokerRegistration, DuplicateBrokerError, MetadataConflictError, MetadataStore
 from shoal.metadata.records import (
     ConfigRecord,
+    ControllerChangeRecord,
     FenceBrokerRecord,
     PartitionRecord,
     ProducerIdsRecord,
@@ -47,6 +48,7 @@ ALL_RECORDS = [
     FenceBrokerRecord(2),
     UnfenceBrokerRecord(2),
     ProducerIdsRecord(1, 5000),
+    ControllerChangeRecord(3, 7),
 ]
 
 
@@ -118,6 +120,20 @@ def test_append_after_a_stale_offset_conflicts_and_writes_nothing(store: Metadat
     assert store.read(0) == list(
         enumerate([ProducerIdsRecord(1, 1000), ProducerIdsRecord(2, 2000), ProducerIdsRecord(2, 3000)])
     )
+
+
+def test_a_controller_write_under_a_stale_lease_epoch_is_refused(store: MetadataStore) -> None:
+    """The controller's own writes carry its lease epoch: once another node (or its own restart)
+    took the lease, they are refused and write nothing."""
+    old = store.acquire_lease(1, LONG_SESSION_MS)
+    assert old is not None
+    assert store.append([ProducerIdsRecord(1, 1000)], -1, 1, lease_epoch=old) == 0
+    new = store.acquire_lease(1, LONG_SESSION_MS)  # a restart of node 1 takes a new epoch
+    assert new is not None and new != old
+    with pytest.raises(MetadataConflictError, match="stale"):
+        store.append([ProducerIdsRecord(1, 2000)], 0, 1, lease_epoch=old)
+    assert store.append([ProducerIdsRecord(1, 2000)], 0, 1, lease_epoch=new) == 1
+    assert [r for _, r in store.read(0)] == [ProducerIdsRecord(1, 1000), ProducerIdsRecord(1, 2000)]
 
 
 def test_the_lease_does_not_fence_appends(store: MetadataStore) -> None:

@@ -463,3 +463,14 @@ async def test_s3_unreachable_server_surfaces_errors_quickly() -> None:
             elapsed = await _expect_backend_error(call, within=15)
             assert elapsed < 10
         await storage.close()
+
+
+def test_storage_url_secrets_are_redacted_for_logs() -> None:
+    from shoal.objects.factory import redact_storage_url
+
+    url = "s3://bucket/prefix?region=eu-west-1&access_key_id=AKIA&secret_access_key=s3cr3t&session_token=t0ken-value"
+    redacted = redact_storage_url(url)
+    assert "s3cr3t" not in redacted and "t0ken-value" not in redacted
+    assert "region=eu-west-1" in redacted and "access_key_id=AKIA" in redacted
+    for plain in ("file:///tmp/objects", "s3://bucket/prefix?region=us-east-1", "memory://"):
+        assert redact_storage_url(plain) == plain

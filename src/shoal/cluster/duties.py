@@ -20,6 +20,7 @@ from typing import Any
 from shoal.cluster.fencing import fencing_changes
 from shoal.metadata.image import MetadataImage
 from shoal.metadata.log import MetadataConflictError, MetadataStore
+from shoal.metadata.records import ControllerChangeRecord, MetadataRecord
 
 log = logging.getLogger(__name__)
 
@@ -67,13 +68,18 @@ class ControllerDuties:
                 return
             log.info("node %d is the active controller (lease epoch %d)", self._node_id, self._epoch)
         image = self._catch_up()
-        changes = fencing_changes(image, self._store.broker_registrations(), self._session_timeout_ms)
+        changes: list[MetadataRecord] = []
+        if image.controller != (self._node_id, self._epoch):
+            changes.append(ControllerChangeRecord(self._node_id, self._epoch))
+        changes += fencing_changes(image, self._store.broker_registrations(), self._session_timeout_ms)
         if not changes:
             return
         try:
-            self._store.append(changes, image.offset, self._node_id)
+            self._store.append(changes, image.offset, self._node_id, lease_epoch=self._epoch)
         except MetadataConflictError:
-            return  # another broker appended meanwhile: the next round decides on the newer image
+            # Another broker appended meanwhile (the next round decides on the newer image), or
+            # our lease epoch went stale (the next round's renewal finds out).
+            return
         for change in changes:
             log.info("controller: %s", change)
 

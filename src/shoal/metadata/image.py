@@ -14,6 +14,7 @@ from types import MappingProxyType
 
 from shoal.metadata.records import (
     ConfigRecord,
+    ControllerChangeRecord,
     FenceBrokerRecord,
     MetadataRecord,
     PartitionRecord,
@@ -65,6 +66,8 @@ class MetadataImage:
     brokers: Mapping[int, BrokerImage] = field(default_factory=dict)
     broker_configs: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     next_producer_id: int = 0
+    #: The active controller as last announced in the log (node id, lease epoch), or None.
+    controller: tuple[int, int] | None = None
 
     def topic(self, name: str) -> TopicImage | None:
         return self.topics_by_name.get(name)
@@ -79,6 +82,7 @@ class MetadataImage:
         brokers = dict(self.brokers)
         broker_configs = dict(self.broker_configs)
         next_producer_id = self.next_producer_id
+        controller = self.controller
         offset = self.offset
         # Topics are rebuilt from mutable drafts so several records about one topic stay cheap.
         drafts: dict[str, dict] = {}
@@ -143,6 +147,8 @@ class MetadataImage:
                     )
             elif isinstance(record, ProducerIdsRecord):
                 next_producer_id = max(next_producer_id, record.next_producer_id)
+            elif isinstance(record, ControllerChangeRecord):
+                controller = (record.node_id, record.epoch)
         for name, d in drafts.items():
             by_name[name] = TopicImage(
                 d["name"], d["topic_id"], MappingProxyType(d["partitions"]), MappingProxyType(d["configs"])
@@ -155,4 +161,5 @@ class MetadataImage:
             brokers=MappingProxyType(brokers),
             broker_configs=MappingProxyType(broker_configs),
             next_producer_id=next_producer_id,
+            controller=controller,
         )

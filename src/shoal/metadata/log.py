@@ -72,12 +72,15 @@ class MetadataStore(Protocol):
         """Extend the lease held under ``epoch``; False once it is no longer ours."""
         ...
 
-    def append(self, records: Sequence[MetadataRecord], after_offset: int, writer: int) -> int:
+    def append(
+        self, records: Sequence[MetadataRecord], after_offset: int, writer: int, *, lease_epoch: int | None = None
+    ) -> int:
         """Append records atomically right after ``after_offset`` (the offset of the image the
         caller decided on); returns the last offset. ``writer`` (a node id) is kept for audits.
 
         Raises MetadataConflictError, writing nothing, when the log's last offset is not
-        ``after_offset``.
+        ``after_offset``, or when ``lease_epoch`` is given (the controller's own writes) and is
+        not the controller lease's current epoch: a stale controller's writes are rejected.
         """
         ...
 

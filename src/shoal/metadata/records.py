@@ -75,6 +75,15 @@ class UnfenceBrokerRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class ControllerChangeRecord:
+    """A node took the controller lease under ``epoch`` (KRaft's leader change): Metadata and
+    DescribeCluster name it as the controller."""
+
+    node_id: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
 class ProducerIdsRecord:
     """A block of producer ids handed to a broker; the next block starts at next_producer_id."""
 
@@ -90,6 +99,7 @@ MetadataRecord = (
     | RegisterBrokerRecord
     | FenceBrokerRecord
     | UnfenceBrokerRecord
+    | ControllerChangeRecord
     | ProducerIdsRecord
 )
 
@@ -103,6 +113,7 @@ _TYPES: dict[str, type] = {
         RegisterBrokerRecord,
         FenceBrokerRecord,
         UnfenceBrokerRecord,
+        ControllerChangeRecord,
         ProducerIdsRecord,
     )
 }

@@ -27,7 +27,7 @@ from shoal.objects.memory import MemoryObjectStorage
 from shoal.objects.s3 import S3ObjectStorage
 from shoal.objects.storage import ObjectStorage
 
-__all__ = ["open_object_storage"]
+__all__ = ["open_object_storage", "redact_storage_url"]
 
 _S3_PARAMS = frozenset(
     {
@@ -43,8 +43,21 @@ _S3_PARAMS = frozenset(
         "max_retries",
     }
 )
+#: Query parameters never printed (logs, error messages).
+_SECRETS = frozenset({"secret_access_key", "session_token"})
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
+
+
+def redact_storage_url(url: str) -> str:
+    """The URL with its secret query parameters replaced by ``***``, for logs."""
+    parts = urlsplit(url)
+    if not parts.query:
+        return url
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    if not any(k in _SECRETS for k, _ in pairs):
+        return url
+    return parts._replace(query=urlencode([(k, "***" if k in _SECRETS else v) for k, v in pairs], safe="*/:")).geturl()
 
 
 def _parse_bool(name: str, value: str) -> bool:

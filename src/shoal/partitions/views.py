@@ -48,8 +48,10 @@ def partition_fields(
         preferred = preferred_brokers(image, partition.partition, rack)
         view["preferred_produce_brokers"] = tuple(preferred)
         if preferred:
-            # Any broker serves a diskless partition: an alive one (in the client's rack) leads it.
+            # Any broker serves a diskless partition: an alive one (in the client's rack) is its
+            # leader and, as the rack-aware leader KIP says, its sole replica and ISR.
             view["leader_id"] = preferred[0]
+            view["replica_nodes"] = view["isr_nodes"] = (preferred[0],)
     else:
         leader = image.brokers.get(partition.leader)
         if leader is None or leader.fenced:

@@ -23,7 +23,7 @@ from shoal.groups.coordinator import GroupConfig, GroupCoordinator
 from shoal.metadata.cache import MetadataCache
 from shoal.metadata.controller import Controller
 from shoal.metadata.image import MetadataImage
-from shoal.objects.factory import open_object_storage
+from shoal.objects.factory import open_object_storage, redact_storage_url
 from shoal.objects.storage import ObjectStorage
 from shoal.observability.metrics import BrokerMetrics, MetricsServer, start_metrics_server
 from shoal.partitions.factory import build_partitions
@@ -178,7 +178,7 @@ class Broker:
             "Shoal broker %d started (cluster %s, incarnation %s, rack %s): listening on %s:%d, advertised "
             "%s:%d, metadata in %s, objects in %s",
             self.node_id, cluster_id, membership.incarnation_id, config["broker.rack"], listen.host or "*",
-            listen.port, advertised.host, advertised.port, stores.location, storage_url,
+            listen.port, advertised.host, advertised.port, stores.location, redact_storage_url(storage_url),
         )
 
     def is_controller(self) -> bool:
@@ -222,8 +222,8 @@ class Broker:
         """Move group coordination when the set of alive brokers changes."""
         alive, owns = self._group_ownership(image)
         if alive != self._alive and self._groups is not None:
-            self._alive = alive
             await self._groups.set_ownership(owns)
+            self._alive = alive  # only once loaded: a failed load is tried again at the next tail
 
     async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         ctx = self.ctx
@@ -253,21 +253,34 @@ class Broker:
         """Follow the metadata log: publish each newer image to ``partitions`` (other brokers'
         topic changes) and move group coordination when brokers come and go."""
         assert self.ctx is not None and self._partitions is not None
+        failing = False
         while True:
             await asyncio.sleep(METADATA_POLL_S)
             try:
                 image = await self.run_blocking(self.ctx.metadata.catch_up)
                 await self._partitions.publish(image)
                 await self._place_groups(image)
-            except Exception:
-                log.exception("following the metadata log failed")
+            except Exception as exc:
+                if not failing:  # once per outage, not every poll
+                    log.warning("following the metadata log failed (retrying every %.1f s): %s", METADATA_POLL_S, exc)
+                failing = True
+            else:
+                if failing:
+                    log.info("following the metadata log again")
+                failing = False
 
     async def stop(self) -> None:
         """Stop accepting, finish or fail every in-flight produce, then close everything."""
         log.info("Shoal broker %d shutting down", self.node_id)
         if self._server is not None:
             self._server.close()
+        # Controlled shutdown: leave the registry first, so the controller fences this broker and
+        # clients are sent elsewhere while it finishes what it accepted.
+        if self._membership is not None:
+            await self._membership.stop()
         if self._duties is not None:
+            with contextlib.suppress(Exception):  # the store may be down: the lease then expires by itself
+                await self._duties.tick()  # as controller, fence this broker before resigning
             await self._duties.stop()
         if self._partitions is not None:
             # Diskless first: the active WAL segment is flushed and its upload and commit awaited,
@@ -286,9 +299,6 @@ class Broker:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if self._membership is not None:
-            # Last: the controller fences this broker once it leaves the registry.
-            await self._membership.stop()
         if self._storage is not None:
             await self._storage.close()
         if self._stores is not None:

@@ -7,6 +7,7 @@ and ``partitions`` (or groups, the controller) and hold no storage logic of thei
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -23,6 +24,7 @@ from shoal.protocol.errors import ErrorCode, KafkaError
 from shoal.txn.producer_ids import ProducerIdManager
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 #: How many times a change is decided again when other brokers' appends overtake it.
 CONFLICT_RETRIES = 20
@@ -50,7 +52,8 @@ class ServerContext:
     async def control(self, operation: Callable[..., T], *args: Any) -> T:
         """Run a cluster change (serially, off the loop), then catch the image up with it and
         publish it to ``partitions`` so its storage exists before the caller answers. A change
-        another broker's append overtook is decided again on the newer image."""
+        another broker's append overtook is decided again on the newer image. A store that
+        cannot be reached is REQUEST_TIMED_OUT (retriable), not a broken connection."""
         async with self.controller_lock:
             try:
                 for _ in range(CONFLICT_RETRIES):
@@ -62,5 +65,15 @@ class ServerContext:
                     ErrorCode.not_controller,
                     f"the metadata log kept moving under this change ({CONFLICT_RETRIES} attempts); retry",
                 )
+            except KafkaError:
+                raise
+            except Exception as exc:
+                log.warning("a cluster change failed: %s", exc)
+                raise KafkaError(ErrorCode.request_timed_out, f"the metadata store is unavailable: {exc}") from exc
             finally:
-                await self.partitions.publish(await self.run_blocking(self.metadata.catch_up))
+                try:
+                    image = await self.run_blocking(self.metadata.catch_up)
+                except Exception as exc:  # the metadata tail catches up later
+                    log.warning("catching up with the metadata log failed: %s", exc)
+                else:
+                    await self.partitions.publish(image)

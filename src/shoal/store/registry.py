@@ -1,9 +1,10 @@
-"""The broker registry's one rule shared by every backend: when a new incarnation may take a
-node id over from the one registered (Kafka's DUPLICATE_BROKER_REGISTRATION check)."""
+"""The rules of the broker registry and the controller lease that every backend shares: when a new
+incarnation may take a node id over (Kafka's DUPLICATE_BROKER_REGISTRATION check), and when a
+controller's write is stale."""
 
 from __future__ import annotations
 
-from shoal.metadata.log import DuplicateBrokerError
+from shoal.metadata.log import DuplicateBrokerError, MetadataConflictError
 
 
 def check_takeover(
@@ -29,3 +30,11 @@ def check_takeover(
         f"(incarnation {registered_incarnation}, last heartbeat {heartbeat_age_ms} ms ago); "
         "another broker is using this node.id"
     )
+
+
+def check_lease_epoch(expected: int, current: int | None) -> None:
+    """Refuse a controller's write made under a lease epoch that is no longer the current one."""
+    if current != expected:
+        raise MetadataConflictError(
+            f"controller lease epoch {expected} is stale (the current epoch is {current}): write refused"
+        )

@@ -12,7 +12,7 @@ from typing import Any
 from shoal.cluster.placement import group_coordinator
 from shoal.protocol.apis import RequestHeader, response_class
 from shoal.protocol.build import make, nested
-from shoal.protocol.errors import ErrorCode
+from shoal.protocol.errors import ErrorCode, KafkaError
 from shoal.server.context import ServerContext
 
 _ZERO = datetime.timedelta(0)
@@ -57,5 +57,8 @@ async def handle_init_producer_id(ctx: ServerContext, header: RequestHeader, req
     if request.transactional_id is not None:
         return make(cls, throttle_time=_ZERO, error_code=ErrorCode.invalid_request, producer_id=-1, producer_epoch=-1)
     # An idempotent producer (re)initialising always gets a fresh id at epoch 0, as in Kafka.
-    producer_id = await ctx.producer_ids.next_id()
+    try:
+        producer_id = await ctx.producer_ids.next_id()
+    except KafkaError as exc:  # no id block could be had (the metadata store is down): retriable
+        return make(cls, throttle_time=_ZERO, error_code=exc.code, producer_id=-1, producer_epoch=-1)
     return make(cls, throttle_time=_ZERO, error_code=ErrorCode.none, producer_id=producer_id, producer_epoch=0)

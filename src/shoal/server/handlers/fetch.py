@@ -14,6 +14,7 @@ from shoal.protocol.apis import RequestHeader, response_class
 from shoal.protocol.build import make, nested
 from shoal.protocol.errors import ErrorCode
 from shoal.server.context import ServerContext
+from shoal.server.handlers.leader_hints import LeaderHints
 
 _ZERO = datetime.timedelta(0)
 
@@ -44,8 +45,14 @@ async def handle_fetch(ctx: ServerContext, header: RequestHeader, request: Any) 
     cls = response_class(header.api_key, header.api_version)
     partition_cls = nested(cls, "PartitionData")
     topic_cls = nested(cls, "FetchableTopicResponse")
+    hints = LeaderHints(ctx.image, cls)
     topics: dict[Any, list[Any]] = {}
     for key, read, outcome in zip(keys, reads, outcomes, strict=True):
+        if read.topic is not None:
+            name = read.topic
+        else:
+            found = ctx.image.topics_by_id.get(read.topic_id)
+            name = found.name if found is not None else None
         topics.setdefault(key, []).append(
             make(
                 partition_cls,
@@ -57,6 +64,7 @@ async def handle_fetch(ctx: ServerContext, header: RequestHeader, request: Any) 
                 aborted_transactions=None,
                 preferred_read_replica=-1,
                 records=outcome.records,
+                **hints.current_leader(name, read.partition, outcome.error),
             )
         )
     key_field = "topic_id" if by_id else "topic"
@@ -65,6 +73,6 @@ async def handle_fetch(ctx: ServerContext, header: RequestHeader, request: Any) 
         throttle_time=_ZERO,
         error_code=ErrorCode.none,
         session_id=0,
-        node_endpoints=(),
+        node_endpoints=hints.node_endpoints(),
         responses=tuple(make(topic_cls, **{key_field: key}, partitions=tuple(parts)) for key, parts in topics.items()),
     )

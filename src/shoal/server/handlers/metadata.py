@@ -95,7 +95,7 @@ async def handle_metadata(ctx: ServerContext, header: RequestHeader, request: An
         brokers=tuple(make(broker_cls, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack)
                       for b in image.alive_brokers()),
         cluster_id=ctx.cluster_id,
-        controller_id=ctx.node_id,
+        controller_id=controller_id(ctx),
         topics=tuple(topics),
         cluster_authorized_operations=UNKNOWN_AUTHORIZED_OPERATIONS,
         error_code=ErrorCode.none,
@@ -136,6 +136,17 @@ async def handle_describe_topic_partitions(ctx: ServerContext, header: RequestHe
     return make(cls, throttle_time=_ZERO, topics=tuple(topics), next_cursor=next_cursor)
 
 
+def controller_id(ctx: ServerContext) -> int:
+    """The active controller as the metadata log last announced it, while it is alive; else this
+    broker (any broker decides cluster changes, so clients sending admin requests there are served)."""
+    image = ctx.image
+    if image.controller is not None:
+        holder = image.brokers.get(image.controller[0])
+        if holder is not None and not holder.fenced:
+            return holder.node_id
+    return ctx.node_id
+
+
 def _described_brokers(image: MetadataImage, include_fenced: bool) -> list[BrokerImage]:
     """Unfenced brokers, and fenced ones too when DescribeCluster v2 asks (KIP-1073)."""
     return [image.brokers[b] for b in sorted(image.brokers) if include_fenced or not image.brokers[b].fenced]
@@ -151,7 +162,7 @@ async def handle_describe_cluster(ctx: ServerContext, header: RequestHeader, req
         error_message=None,
         endpoint_type=1,
         cluster_id=ctx.cluster_id,
-        controller_id=ctx.node_id,
+        controller_id=controller_id(ctx),
         brokers=tuple(make(broker_cls, broker_id=b.node_id, host=b.host, port=b.port, rack=b.rack,
                            is_fenced=b.fenced)
                       for b in _described_brokers(ctx.image, getattr(request, "include_fenced_brokers", False))),

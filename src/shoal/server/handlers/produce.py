@@ -10,6 +10,7 @@ from shoal.partitions.api import AppendRequest, ProduceOptions
 from shoal.protocol.apis import RequestHeader, response_class
 from shoal.protocol.build import make, nested
 from shoal.server.context import ServerContext
+from shoal.server.handlers.leader_hints import LeaderHints
 
 _ZERO = datetime.timedelta(0)
 
@@ -28,6 +29,7 @@ async def handle_produce(ctx: ServerContext, header: RequestHeader, request: Any
     partition_cls = nested(cls, "PartitionProduceResponse")
     topic_cls = nested(cls, "TopicProduceResponse")
     record_error_cls = nested(cls, "BatchIndexAndErrorMessage")
+    hints = LeaderHints(ctx.image, cls)
     responses = []
     for topic_data in request.topic_data:
         partitions = []
@@ -50,7 +52,8 @@ async def handle_produce(ctx: ServerContext, header: RequestHeader, request: Any
                         for index, message in r.record_errors
                     ) if record_error_cls is not None else (),
                     error_message=r.message,
+                    **hints.current_leader(topic_data.name, partition_data.index, r.error),
                 )
             )
         responses.append(make(topic_cls, name=topic_data.name, partition_responses=tuple(partitions)))
-    return make(cls, throttle_time=_ZERO, node_endpoints=(), responses=tuple(responses))
+    return make(cls, throttle_time=_ZERO, node_endpoints=hints.node_endpoints(), responses=tuple(responses))

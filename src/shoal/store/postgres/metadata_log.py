@@ -38,7 +38,7 @@ from shoal.metadata.log import (
 )
 from shoal.metadata.records import MetadataRecord, decode_record, encode_record
 from shoal.store.postgres.connection import PooledStore
-from shoal.store.registry import check_takeover
+from shoal.store.registry import check_lease_epoch, check_takeover
 
 __all__ = ["PostgresMetadataStore"]
 
@@ -155,7 +155,9 @@ class PostgresMetadataStore(PooledStore):
 
         return self._run("renewing the controller lease", work)
 
-    def append(self, records: Sequence[MetadataRecord], after_offset: int, writer: int) -> int:
+    def append(
+        self, records: Sequence[MetadataRecord], after_offset: int, writer: int, *, lease_epoch: int | None = None
+    ) -> int:
         """Append records atomically right after ``after_offset``; returns the last offset.
 
         Raises MetadataConflictError, writing nothing, when the log has moved past it.
@@ -165,7 +167,11 @@ class PostgresMetadataStore(PooledStore):
         def work(conn: psycopg.Connection) -> int:
             with conn.transaction():
                 # The lease row lock serialises appends with each other.
-                row = conn.execute(f"SELECT {_NOW_MS} FROM metadata_controller_lease WHERE id = 1 FOR UPDATE").fetchone()
+                row = conn.execute(
+                    f"SELECT {_NOW_MS}, epoch FROM metadata_controller_lease WHERE id = 1 FOR UPDATE"
+                ).fetchone()
+                if lease_epoch is not None:
+                    check_lease_epoch(lease_epoch, None if row is None else int(row[1]))
                 if row is None:
                     # No lease row yet (nobody ever took the lease): create it to lock on.
                     conn.execute(
@@ -173,7 +179,7 @@ class PostgresMetadataStore(PooledStore):
                         "VALUES (1, -1, 0, 0) ON CONFLICT (id) DO NOTHING"
                     )
                     row = conn.execute(
-                        f"SELECT {_NOW_MS} FROM metadata_controller_lease WHERE id = 1 FOR UPDATE"
+                        f"SELECT {_NOW_MS}, epoch FROM metadata_controller_lease WHERE id = 1 FOR UPDATE"
                     ).fetchone()
                     assert row is not None
                 now = row[0]

@@ -24,7 +24,7 @@ from shoal.metadata.log import (
     new_cluster_id,
 )
 from shoal.metadata.records import MetadataRecord, decode_record, encode_record
-from shoal.store.registry import check_takeover
+from shoal.store.registry import check_lease_epoch, check_takeover
 from shoal.store.sqlite.connection import apply_schema, open_sqlite
 
 __all__ = ["SqliteMetadataStore"]
@@ -141,10 +141,15 @@ class SqliteMetadataStore:
             )
             return cur.rowcount == 1
 
-    def append(self, records: Sequence[MetadataRecord], after_offset: int, writer: int) -> int:
+    def append(
+        self, records: Sequence[MetadataRecord], after_offset: int, writer: int, *, lease_epoch: int | None = None
+    ) -> int:
         """Append records atomically right after ``after_offset``; returns the last offset."""
         now = _now_ms()
         with self._lock, self._transaction():
+            if lease_epoch is not None:
+                row = self._conn.execute("SELECT epoch FROM metadata_controller_lease WHERE id = 1").fetchone()
+                check_lease_epoch(lease_epoch, None if row is None else row[0])
             last = self._conn.execute("SELECT COALESCE(MAX(offset), -1) FROM metadata_log").fetchone()[0]
             if last != after_offset:
                 raise MetadataConflictError(f"the metadata log is at offset {last}, not {after_offset}")
