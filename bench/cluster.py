@@ -3,7 +3,8 @@
 Starts ``shoal up`` (1 broker) and ``shoal up --brokers N`` on a fresh data dir each time,
 alternating A B A B for ``--rounds`` rounds, and runs ``bench/produce_consume.py`` against each
 with the same settings (idempotent producers, 5 requests in flight per connection: the clients'
-defaults), on a diskless topic. Prints one JSON document: every run's produce/consume figures,
+defaults), on a diskless topic: saturation, a fixed-rate phase (latency at ``--rate``), consume.
+Prints one JSON document: every run's full report (with the brokers' CPU and objects written),
 the machine's load before each, and the medians per setup.
 
     .venv/bin/python bench/cluster.py --brokers 3 --rounds 2 --records 100000
@@ -85,8 +86,10 @@ def run_setup(brokers: int, args: argparse.Namespace) -> dict[str, Any]:
                 "--producer-config", "max.in.flight.requests.per.connection=5",
                 "--records", str(args.records), "--record-size", str(args.record_size),
                 "--partitions", str(args.partitions), "--producers", str(args.producers),
-                "--consumers", str(args.consumers), "--phases", "saturation,consume",
-                "--duration", str(args.duration),
+                "--consumers", str(args.consumers), "--phases", "saturation,fixed-rate,consume",
+                "--rate", str(args.rate), "--fixed-rate-duration", str(args.fixed_rate_duration),
+                "--duration", str(args.duration), "--broker-pid", str(proc.pid),
+                "--objects-dir", str(Path(data_dir) / "objects"),
             ]
             load = os.getloadavg()
             done = subprocess.run(bench, capture_output=True, text=True, timeout=args.duration * 4 + 120)
@@ -102,9 +105,17 @@ def run_setup(brokers: int, args: argparse.Namespace) -> dict[str, Any]:
     return {"brokers": brokers, "load_avg_start": load, "result": result}
 
 
-def _figure(run: dict[str, Any], phase: str, key: str) -> float | None:
-    value = (run["result"].get(phase) or {}).get(key)
+def _figure(run: dict[str, Any], *path: str) -> float | None:
+    """A figure of a run's report by its keys, e.g. ``("consume", "mb_per_s")``."""
+    value: Any = run["result"]
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
     return float(value) if isinstance(value, (int, float)) else None
+
+
+def _median(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return round(statistics.median(present), 2) if present else None
 
 
 def main() -> None:
@@ -117,6 +128,8 @@ def main() -> None:
     parser.add_argument("--producers", type=int, default=2)
     parser.add_argument("--consumers", type=int, default=2)
     parser.add_argument("--duration", type=float, default=60.0)
+    parser.add_argument("--rate", type=float, default=5000.0, help="records/s of the fixed-rate (latency) phase")
+    parser.add_argument("--fixed-rate-duration", type=float, default=15.0)
     args = parser.parse_args()
     runs = []
     for i in range(args.rounds):
@@ -126,10 +139,14 @@ def main() -> None:
     summary = {}
     for brokers in (1, args.brokers):
         mine = [r for r in runs if r["brokers"] == brokers]
+        figures = {
+            "produce_saturation_mb_per_s": ("produce_saturation", "mb_per_s"),
+            "consume_mb_per_s": ("consume", "mb_per_s"),
+            "fixed_rate_p50_ms": ("produce_fixed_rate", "latency_ms", "p50"),
+            "fixed_rate_p99_ms": ("produce_fixed_rate", "latency_ms", "p99"),
+        }
         summary[f"{brokers}_brokers"] = {
-            f"{phase}_mb_per_s_median": statistics.median(v for r in mine if (v := _figure(r, phase, "mb_per_s")) is not None)
-            if any(_figure(r, phase, "mb_per_s") is not None for r in mine) else None
-            for phase in ("saturation", "consume")
+            name: _median([_figure(r, *path) for r in mine]) for name, path in figures.items()
         }
     print(json.dumps({"machine": {"cpus": os.cpu_count()}, "summary": summary, "runs": runs}, indent=2))
 
