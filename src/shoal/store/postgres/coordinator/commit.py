@@ -19,15 +19,12 @@ from __future__ import annotations
 import psycopg
 
 from shoal.coordinator.api import CommitBatchRequest, CommitBatchResponse
+from shoal.coordinator.commit_decision import decide
 from shoal.coordinator.idempotence import (
     NO_PRODUCER,
     ProducerEntry,
     ProducerState,
-    check_sequence,
-    rejected,
 )
-from shoal.protocol.errors import ErrorCode
-from shoal.records.types import TimestampType
 from shoal.store.postgres.coordinator.base import CoordinatorBase
 from shoal.store.postgres.coordinator.logs import LogKey, LogState, locked_logs, queue_lock_logs
 
@@ -205,58 +202,22 @@ def _assign(
     responses: list[CommitBatchResponse] = []
     rows = _Rows()
     used_size = 0
+    def producer_state(log_id: int, producer_id: int) -> ProducerState:
+        # Loaded up front for every producer of the commit; a first batch starts empty.
+        return producers.setdefault((log_id, producer_id), ProducerState())
+
     for req, key in zip(batches, keys, strict=True):
         log = logs.get(key)
-        if log is None:
-            responses.append(rejected(ErrorCode.unknown_topic_or_partition, -1, req))
+        answer, accepted = decide(req, log, producer_state, now, file_size)
+        responses.append(answer)
+        if not accepted:
             continue
-        if (
-            req.last_offset < req.base_offset
-            or req.size <= 0
-            or req.byte_offset < 0
-            or req.byte_offset + req.size > file_size
-        ):
-            responses.append(rejected(ErrorCode.corrupt_message, log.log_start_offset, req))
-            continue
-
-        state: ProducerState | None = None
-        reset = False
-        if req.producer_id != NO_PRODUCER:
-            pkey = (log.log_id, req.producer_id)
-            state = producers.get(pkey)
-            if state is None:
-                state = producers[pkey] = ProducerState()
-            duplicate = state.find_duplicate(req.producer_epoch, req.base_sequence, req.last_sequence)
-            if duplicate is not None:
-                responses.append(
-                    CommitBatchResponse(
-                        errors=ErrorCode.none,
-                        assigned_base_offset=duplicate.assigned_offset,
-                        log_append_time=duplicate.log_append_time,
-                        log_start_offset=log.log_start_offset,
-                        is_duplicate=True,
-                        request=req,
-                    )
-                )
-                continue
-            error, reset = check_sequence(state, req)
-            if error is not ErrorCode.none:
-                responses.append(rejected(error, log.log_start_offset, req))
-                continue
-
-        base_offset = log.high_watermark
-        last_offset = base_offset + (req.last_offset - req.base_offset)
-        log.high_watermark = last_offset + 1
-        log.byte_size += req.size
-        effective_ts = (
-            now if req.message_timestamp_type == TimestampType.LOG_APPEND_TIME else req.batch_max_timestamp
-        )
-        log.max_timestamp = max(log.max_timestamp, effective_ts)
-        log.dirty = True
+        assert log is not None
+        base_offset = answer.assigned_base_offset
         used_size += req.size
         rows.add(
             log.log_id,
-            last_offset,
+            base_offset + (req.last_offset - req.base_offset),
             base_offset,
             req.byte_offset,
             req.size,
@@ -267,29 +228,6 @@ def _assign(
             req.base_sequence,
             req.last_sequence,
             log.max_timestamp,
-        )
-        if state is not None:
-            state.append(
-                ProducerEntry(
-                    row_id=state.next_row_id,
-                    epoch=req.producer_epoch,
-                    base_sequence=req.base_sequence,
-                    last_sequence=req.last_sequence,
-                    assigned_offset=base_offset,
-                    log_append_time=now,
-                    new=True,
-                ),
-                reset,
-            )
-        responses.append(
-            CommitBatchResponse(
-                errors=ErrorCode.none,
-                assigned_base_offset=base_offset,
-                log_append_time=now,
-                log_start_offset=log.log_start_offset,
-                is_duplicate=False,
-                request=req,
-            )
         )
     return responses, rows, used_size
 

@@ -10,15 +10,8 @@ import sqlite3
 from dataclasses import dataclass
 
 from shoal.coordinator.api import CommitBatchRequest, CommitBatchResponse
-from shoal.coordinator.idempotence import (
-    NO_PRODUCER,
-    ProducerEntry,
-    ProducerState,
-    check_sequence,
-    rejected,
-)
-from shoal.protocol.errors import ErrorCode
-from shoal.records.types import TimestampType
+from shoal.coordinator.commit_decision import decide
+from shoal.coordinator.idempotence import ProducerEntry, ProducerState
 from shoal.store.sqlite.coordinator.base import CoordinatorBase
 
 
@@ -79,66 +72,29 @@ class CommitMixin(CoordinatorBase):
             batch_rows: list[tuple[int, ...]] = []
             used_size = 0
 
+            def producer_state(log_id: int, producer_id: int) -> ProducerState:
+                pkey = (log_id, producer_id)
+                if pkey not in producers:
+                    producers[pkey] = self._load_producer(conn, pkey)
+                return producers[pkey]
+
             for req in batches:
                 tip = req.topic_id_partition
                 key = (tip.topic_id.bytes, tip.partition)
-                if key in logs:
-                    log = logs[key]
-                else:
-                    log = logs[key] = load_log(conn, key)
-                if log is None:
-                    responses.append(rejected(ErrorCode.unknown_topic_or_partition, -1, req))
+                if key not in logs:
+                    logs[key] = load_log(conn, key)
+                log = logs[key]
+                answer, accepted = decide(req, log, producer_state, now, file_size)
+                responses.append(answer)
+                if not accepted:
                     continue
-                if (
-                    req.last_offset < req.base_offset
-                    or req.size <= 0
-                    or req.byte_offset < 0
-                    or req.byte_offset + req.size > file_size
-                ):
-                    responses.append(rejected(ErrorCode.corrupt_message, log.log_start_offset, req))
-                    continue
-
-                state: ProducerState | None = None
-                reset = False
-                if req.producer_id != NO_PRODUCER:
-                    pkey = (log.log_id, req.producer_id)
-                    state = producers.get(pkey)
-                    if state is None:
-                        state = producers[pkey] = self._load_producer(conn, pkey)
-                    duplicate = state.find_duplicate(req.producer_epoch, req.base_sequence, req.last_sequence)
-                    if duplicate is not None:
-                        responses.append(
-                            CommitBatchResponse(
-                                errors=ErrorCode.none,
-                                assigned_base_offset=duplicate.assigned_offset,
-                                log_append_time=duplicate.log_append_time,
-                                log_start_offset=log.log_start_offset,
-                                is_duplicate=True,
-                                request=req,
-                            )
-                        )
-                        continue
-                    error, reset = check_sequence(state, req)
-                    if error is not ErrorCode.none:
-                        responses.append(rejected(error, log.log_start_offset, req))
-                        continue
-
-                base_offset = log.high_watermark
-                last_offset = base_offset + (req.last_offset - req.base_offset)
-                log.high_watermark = last_offset + 1
-                log.byte_size += req.size
-                effective_ts = (
-                    now
-                    if req.message_timestamp_type == TimestampType.LOG_APPEND_TIME
-                    else req.batch_max_timestamp
-                )
-                log.max_timestamp = max(log.max_timestamp, effective_ts)
-                log.dirty = True
+                assert log is not None
+                base_offset = answer.assigned_base_offset
                 used_size += req.size
                 batch_rows.append(
                     (
                         log.log_id,
-                        last_offset,
+                        base_offset + (req.last_offset - req.base_offset),
                         next_batch_id,
                         base_offset,
                         file_id,
@@ -155,29 +111,6 @@ class CommitMixin(CoordinatorBase):
                     )
                 )
                 next_batch_id += 1
-                if state is not None:
-                    state.append(
-                        ProducerEntry(
-                            row_id=state.next_row_id,
-                            epoch=req.producer_epoch,
-                            base_sequence=req.base_sequence,
-                            last_sequence=req.last_sequence,
-                            assigned_offset=base_offset,
-                            log_append_time=now,
-                            new=True,
-                        ),
-                        reset,
-                    )
-                responses.append(
-                    CommitBatchResponse(
-                        errors=ErrorCode.none,
-                        assigned_base_offset=base_offset,
-                        log_append_time=now,
-                        log_start_offset=log.log_start_offset,
-                        is_duplicate=False,
-                        request=req,
-                    )
-                )
 
             conn.executemany(
                 "INSERT INTO diskless_batches (log_id, last_offset, batch_id, base_offset, file_id, byte_offset, "
