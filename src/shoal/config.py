@@ -113,8 +113,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             "broker.heartbeat.interval.ms",
             ConfigType.INT,
             2000,
-            "How often a broker heartbeats into the metadata store's broker registry; the active "
-            "controller checks the registry (and renews its lease) at the same interval.",
+            "How often a broker heartbeats into the metadata store's broker registry. The "
+            "controller-role brokers run their rounds (take or renew the lease, check the registry) "
+            "at this interval too, or every 500 ms if that is shorter.",
             at_least(1),
         ),
         ConfigDef(

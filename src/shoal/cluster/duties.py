@@ -1,8 +1,8 @@
 """The controller role: one broker at a time holds the lease in the metadata store and runs the
 cluster's periodic duties.
 
-Each ``broker.heartbeat.interval.ms`` a controller-role broker that does not hold the lease tries
-to take it (it is free once its holder has not renewed it for ``broker.session.timeout.ms``); the
+Each round (every ``broker.heartbeat.interval.ms``, at most 500 ms apart) a controller-role
+broker that does not hold the lease tries to take it (it is free once its holder has not renewed it for ``broker.session.timeout.ms``); the
 holder renews it and writes the fencing the broker registry calls for (``fencing``). Work that
 must run once per cluster (diskless retention, the object cleaner, group offset expiry) asks
 ``active`` before each round. Topic and config changes do not need the lease: every broker
@@ -24,6 +24,9 @@ from shoal.metadata.records import ControllerChangeRecord, MetadataRecord
 
 log = logging.getLogger(__name__)
 
+#: The longest time between two controller rounds, whatever ``broker.heartbeat.interval.ms`` is.
+MAX_ROUND_MS = 500
+
 
 class ControllerDuties:
     """Takes, keeps and uses the controller lease for one controller-role broker."""
@@ -42,7 +45,8 @@ class ControllerDuties:
         self._run_blocking = run_blocking
         self._catch_up = catch_up
         self._node_id = node_id
-        self._interval = heartbeat_interval_ms / 1000
+        # A joining broker waits for the controller's next round to be unfenced: keep rounds short.
+        self._interval = min(heartbeat_interval_ms, MAX_ROUND_MS) / 1000
         self._session_timeout_ms = session_timeout_ms
         self._epoch: int | None = None
         self._task: asyncio.Task[None] | None = None
