@@ -95,6 +95,7 @@ class ReadRequest:
     partition: int
     fetch_offset: int
     max_bytes: int
+    current_leader_epoch: int = -1  # Fetch v9+ (KIP-320); -1: not checked
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +126,16 @@ class OffsetOutcome:
     error: ErrorCode
     timestamp: int = -1
     offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class EpochEndOutcome:
+    """An OffsetForLeaderEpoch answer: the largest epoch <= the one asked and where it ends
+    (-1, -1 when undefined, as Kafka's LeaderEpochFileCache answers)."""
+
+    error: ErrorCode
+    leader_epoch: int = -1
+    end_offset: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +194,10 @@ class PartitionKind(Protocol):
         ...
 
     async def list_offsets(self, lookups: Sequence[tuple[PartitionRef, int]]) -> list[OffsetOutcome]: ...
+
+    async def end_offsets_for_epochs(self, lookups: Sequence[tuple[PartitionRef, int]]) -> list[EpochEndOutcome]:
+        """OffsetForLeaderEpoch: (partition, requested leader epoch) -> where that epoch ends."""
+        ...
 
     async def delete_records(self, deletes: Sequence[tuple[PartitionRef, int]]) -> list[DeleteOutcome]: ...
 

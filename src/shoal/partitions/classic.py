@@ -13,6 +13,7 @@ from shoal.metadata.image import TopicImage
 from shoal.partitions.api import (
     AppendOutcome,
     DeleteOutcome,
+    EpochEndOutcome,
     KindRead,
     OffsetOutcome,
     PartitionRef,
@@ -108,6 +109,17 @@ class ClassicPartitions:
                 outcomes.append(DeleteOutcome(exc.code))
                 continue
             outcomes.append(DeleteOutcome(ErrorCode.none, low))
+        return outcomes
+
+    async def end_offsets_for_epochs(self, lookups: Sequence[tuple[PartitionRef, int]]) -> list[EpochEndOutcome]:
+        outcomes = []
+        for ref, epoch in lookups:
+            try:
+                found_epoch, end_offset = self.replicas.get(ref.name, ref.partition).end_offset_for_epoch(epoch)
+            except KafkaError as exc:
+                outcomes.append(EpochEndOutcome(exc.code))
+                continue
+            outcomes.append(EpochEndOutcome(ErrorCode.none, found_epoch, end_offset))
         return outcomes
 
     async def describe(self, partitions: Sequence[PartitionRef]) -> list[PartitionState]:

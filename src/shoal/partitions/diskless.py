@@ -28,6 +28,7 @@ from shoal.metadata.image import MetadataImage, TopicImage
 from shoal.partitions.api import (
     AppendOutcome,
     DeleteOutcome,
+    EpochEndOutcome,
     KindRead,
     OffsetOutcome,
     PartitionRef,
@@ -151,6 +152,22 @@ class DisklessPartitions:
         requests = [DeleteRecordsRequest(coordinator_key(ref), offset) for ref, offset in deletes]
         answers = await self._run_blocking(self._coordinator.delete_records, requests)
         return [DeleteOutcome(a.errors, a.low_watermark) for a in answers]
+
+    async def end_offsets_for_epochs(self, lookups: Sequence[tuple[PartitionRef, int]]) -> list[EpochEndOutcome]:
+        """A diskless log is never truncated and has one leader epoch (the image's): an epoch up to
+        it ends at the log end, so a consumer validating its position (KIP-320) never sees a
+        truncation; an epoch above it is undefined, as in Kafka."""
+        latest = await self.list_offsets([(ref, ListOffsetsTimestamp.LATEST) for ref, _ in lookups])
+        outcomes = []
+        for (ref, epoch), end in zip(lookups, latest, strict=True):
+            current = ref.topic.partitions[ref.partition].leader_epoch
+            if end.error != ErrorCode.none:
+                outcomes.append(EpochEndOutcome(end.error))
+            elif epoch < 0 or epoch > current:
+                outcomes.append(EpochEndOutcome(ErrorCode.none))
+            else:
+                outcomes.append(EpochEndOutcome(ErrorCode.none, epoch, end.offset))
+        return outcomes
 
     async def describe(self, partitions: Sequence[PartitionRef]) -> list[PartitionState]:
         earliest = await self.list_offsets([(p, ListOffsetsTimestamp.EARLIEST) for p in partitions])

@@ -22,6 +22,7 @@ from shoal.partitions.api import (
     AppendOutcome,
     AppendRequest,
     DeleteOutcome,
+    EpochEndOutcome,
     FetchOptions,
     KindRead,
     OffsetOutcome,
@@ -310,6 +311,10 @@ class Partitions:
                 except KafkaError as exc:
                     slots.append(ReadOutcome(exc.code))
                     continue
+                fenced = check_leader_epoch(ref, r.current_leader_epoch)
+                if fenced is not None:
+                    slots.append(ReadOutcome(fenced.code))
+                    continue
                 slots.append(KindRead(ref, r.fetch_offset, r.max_bytes))
         reads = [s for s in slots if isinstance(s, KindRead)]
         keys = [r.partition.wake_key for r in reads]
@@ -370,6 +375,24 @@ class Partitions:
             lambda exc: OffsetOutcome(exc.code),
         )
 
+    async def end_offsets_for_epochs(
+        self, lookups: Sequence[tuple[str, int, int, int]]
+    ) -> list[EpochEndOutcome]:
+        """OffsetForLeaderEpoch: (topic, partition, current leader epoch, requested epoch) -> the
+        largest epoch <= the requested one and its end offset. A current leader epoch older than
+        the partition's is FENCED_LEADER_EPOCH, a newer one UNKNOWN_LEADER_EPOCH (-1: not checked)."""
+        resolved: list[tuple[PartitionRef, int] | KafkaError] = []
+        for item in self._resolve_all([(t, p, (current, epoch)) for t, p, current, epoch in lookups]):
+            if isinstance(item, KafkaError):
+                resolved.append(item)
+                continue
+            ref, (current, epoch) = item
+            fenced = check_leader_epoch(ref, current)
+            resolved.append(fenced if fenced is not None else (ref, epoch))
+        return await self._by_kind(
+            resolved, lambda kind, items: kind.end_offsets_for_epochs(items), lambda exc: EpochEndOutcome(exc.code)
+        )
+
     async def delete_records(self, deletes: Sequence[tuple[str, int, int]]) -> list[DeleteOutcome]:
         """(topic, partition, offset) -> the new log start offset (DeleteRecords)."""
         outcomes = await self._by_kind(
@@ -428,3 +451,19 @@ class Partitions:
                 ErrorCode.invalid_request, f"{topic} is {self.describe_kind(ref.topic)}: its data is in object storage"
             )
         await self._classic.alter_log_dir(ref, log_dir)
+
+
+def check_leader_epoch(ref: PartitionRef, current_leader_epoch: int) -> KafkaError | None:
+    """Kafka's leader epoch check of a client's request (KIP-320): None when it may proceed."""
+    epoch = ref.topic.partitions[ref.partition].leader_epoch
+    if current_leader_epoch < 0 or current_leader_epoch == epoch:
+        return None
+    if current_leader_epoch < epoch:
+        return KafkaError(
+            ErrorCode.fenced_leader_epoch,
+            f"the request's leader epoch {current_leader_epoch} of {ref.name}-{ref.partition} is older than {epoch}",
+        )
+    return KafkaError(
+        ErrorCode.unknown_leader_epoch,
+        f"the request's leader epoch {current_leader_epoch} of {ref.name}-{ref.partition} is newer than {epoch}",
+    )

@@ -55,6 +55,7 @@ class ApiKey:
     DELETE_TOPICS = 20
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
     ALTER_REPLICA_LOG_DIRS = 34
     DESCRIBE_LOG_DIRS = 35
@@ -89,6 +90,8 @@ SUPPORTED_APIS: dict[int, ApiSpec] = {
         ApiSpec(ApiKey.DELETE_TOPICS, "DeleteTopics", 1, 6),
         ApiSpec(ApiKey.DELETE_RECORDS, "DeleteRecords", 0, 2),
         ApiSpec(ApiKey.INIT_PRODUCER_ID, "InitProducerId", 0, 5),
+        # Kafka 4 removed v0-1 (KIP-896).
+        ApiSpec(ApiKey.OFFSET_FOR_LEADER_EPOCH, "OffsetForLeaderEpoch", 2, 4),
         ApiSpec(ApiKey.DESCRIBE_CONFIGS, "DescribeConfigs", 1, 4),
         ApiSpec(ApiKey.ALTER_REPLICA_LOG_DIRS, "AlterReplicaLogDirs", 1, 2),
         ApiSpec(ApiKey.DESCRIBE_LOG_DIRS, "DescribeLogDirs", 1, 4),

@@ -48,6 +48,7 @@ from shoal.server.handlers.metadata import (
     handle_describe_topic_partitions,
     handle_metadata,
 )
+from shoal.server.handlers.offset_for_leader_epoch import handle_offset_for_leader_epoch
 from shoal.server.handlers.produce import handle_produce
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.DELETE_TOPICS: handle_delete_topics,
     ApiKey.DELETE_RECORDS: handle_delete_records,
     ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
     ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
     ApiKey.ALTER_REPLICA_LOG_DIRS: handle_alter_replica_log_dirs,
     ApiKey.DESCRIBE_LOG_DIRS: handle_describe_log_dirs,

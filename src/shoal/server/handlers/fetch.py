@@ -34,6 +34,7 @@ async def handle_fetch(ctx: ServerContext, header: RequestHeader, request: Any) 
                     p.partition,
                     p.fetch_offset,
                     p.partition_max_bytes,
+                    getattr(p, "current_leader_epoch", -1),
                 )
             )
     options = FetchOptions(
