@@ -274,14 +274,6 @@ class Broker:
         log.info("Shoal broker %d shutting down", self.node_id)
         if self._server is not None:
             self._server.close()
-        # Controlled shutdown: leave the registry first, so the controller fences this broker and
-        # clients are sent elsewhere while it finishes what it accepted.
-        if self._membership is not None:
-            await self._membership.stop()
-        if self._duties is not None:
-            with contextlib.suppress(Exception):  # the store may be down: the lease then expires by itself
-                await self._duties.tick()  # as controller, fence this broker before resigning
-            await self._duties.stop()
         if self._partitions is not None:
             # Diskless first: the active WAL segment is flushed and its upload and commit awaited,
             # so every request already accepted is answered with its real outcome.
@@ -299,6 +291,15 @@ class Broker:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        # Only now leave the registry, as a KRaft broker is fenced once its shutdown completes: while
+        # it drains, its own Metadata answers still list it (a single node must not answer "no
+        # brokers"). Other brokers stop sending clients here at the controller's next round.
+        if self._membership is not None:
+            await self._membership.stop()
+        if self._duties is not None:
+            with contextlib.suppress(Exception):  # the store may be down: the lease then expires by itself
+                await self._duties.tick()  # as controller, fence this broker before resigning
+            await self._duties.stop()
         if self._storage is not None:
             await self._storage.close()
         if self._stores is not None:
