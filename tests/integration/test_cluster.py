@@ -38,6 +38,7 @@ from tests.support.broker import (
     wait_for_topic,
 )
 from tests.support.cluster import Cluster
+from tests.support.metrics import metric
 
 
 @pytest.fixture
@@ -226,12 +227,12 @@ def test_group_coordinators_spread_and_move_off_a_dead_broker(cluster_factory: A
     consumer.close()
     # Kafka's controller gauges: one active controller in the cluster, three active brokers.
     gauges = [cluster.scrape(n) for n in (1, 2, 3)]
-    assert sum(g["kafka_controller_kafkacontroller_activecontrollercount"] for g in gauges) == 1
-    assert {g["kafka_controller_kafkacontroller_activebrokercount"] for g in gauges} == {3}
+    assert sum(metric(g, "kafka_controller_kafkacontroller_activecontrollercount") for g in gauges) == 1
+    assert {metric(g, "kafka_controller_kafkacontroller_activebrokercount") for g in gauges} == {3}
     b2.kill()
     for via in (1, 3):
         cluster.wait_for(lambda m: sorted(m.brokers) == [1, 3], "broker 2 fenced", via=via)
-    assert cluster.scrape(1)["kafka_controller_kafkacontroller_fencedbrokercount"] == 1
+    assert metric(cluster.scrape(1), "kafka_controller_kafkacontroller_fencedbrokercount") == 1
     moved = find_coordinator(b1.port, [group])[group]
     assert moved[0] in (1, 3) and moved[1] == ErrorCode.none
     # The broker that no longer coordinates a group says NOT_COORDINATOR.

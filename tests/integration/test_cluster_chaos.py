@@ -22,6 +22,7 @@ import pytest
 from tests.integration.conftest import _test_failed
 from tests.support.broker import confluent_consume, create_diskless_topic
 from tests.support.cluster import Cluster
+from tests.support.metrics import metric
 
 TOPIC = "chaos"
 PARTITIONS = 6
@@ -176,13 +177,13 @@ def test_sigkill_a_broker_then_the_controller_with_three_clients_and_a_group(clu
         t.start()
     try:
         time.sleep(3)
-        assert cluster.scrape(1)["kafka_controller_kafkacontroller_activecontrollercount"] == 1
+        assert metric(cluster.scrape(1), "kafka_controller_kafkacontroller_activecontrollercount") == 1
         b2.kill()
         cluster.wait_for(lambda m: sorted(m.brokers) == [1, 3], "broker 2 fenced", via=3)
         time.sleep(2)
         b1.kill()  # the active controller: broker 3 takes the lease and fences broker 1
         cluster.wait_for(lambda m: sorted(m.brokers) == [3], "broker 1 fenced", via=3)
-        assert cluster.scrape(3)["kafka_controller_kafkacontroller_activecontrollercount"] == 1
+        assert metric(cluster.scrape(3), "kafka_controller_kafkacontroller_activecontrollercount") == 1
         time.sleep(2)
         b1.start()
         b2.start()

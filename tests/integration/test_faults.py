@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -28,7 +27,6 @@ from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-from prometheus_client.parser import text_string_to_metric_families
 
 from shoal.coordinator import faulty as coordinator_faults
 from shoal.objects import faulty as storage_faults
@@ -46,6 +44,7 @@ from tests.support.broker import (
     free_port,
     make_workload,
 )
+from tests.support.metrics import Samples, metric, scrape
 
 PARTITIONS = 4
 RATE = 2000  # records/s the producer offers at most
@@ -57,21 +56,6 @@ WAIT_S = 60.0  # bound of every wait for progress
 COMMIT_INTERVAL_MS = 20  # short segments: a partition's pipelined requests spread over several segments
 
 # --------------------------------------------------------------------------------------------- helpers
-
-Samples = list[tuple[str, dict[str, str], float]]
-
-
-def scrape(port: int) -> Samples:
-    """Every sample of the broker's /metrics page."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    return [(s.name, s.labels, s.value) for family in text_string_to_metric_families(text) for s in family.samples]
-
-
-def metric(samples: Samples, name: str, **labels: str) -> float:
-    """Sum of the samples named ``name`` whose labels include ``labels``."""
-    return sum(v for n, lab, v in samples if n == name and all(lab.get(k) == x for k, x in labels.items()))
-
 
 @dataclass
 class Consumed:

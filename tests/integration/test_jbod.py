@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,7 @@ from tests.support.broker import (
     make_workload,
 )
 from tests.support.failfs import FailingDisk
+from tests.support.metrics import metric, scrape
 
 STORAGE_EXCEPTION = "org.apache.kafka.common.errors.KafkaStorageException"  # what kafka-log-dirs.sh prints
 
@@ -72,25 +72,12 @@ def effective_properties(broker: BrokerProcess) -> Path:
     return path
 
 
-def scrape(port: int) -> dict[str, float]:
-    """The broker's Prometheus page as name -> value (unlabelled samples only)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
-        text = answer.read().decode()
-    values = {}
-    for line in text.splitlines():
-        if line.startswith("#") or "{" in line or " " not in line:
-            continue
-        name, value = line.rsplit(" ", 1)
-        values[name] = float(value)
-    return values
-
-
 def offline_gauges(port: int) -> tuple[float, float]:
     """Kafka's two KIP-112 gauges: (offline log dirs, offline replicas)."""
     m = scrape(port)
-    return m["kafka_log_logmanager_offlinelogdirectorycount"], m[
-        "kafka_server_replicamanager_offlinereplicacount"
-    ]
+    return metric(m, "kafka_log_logmanager_offlinelogdirectorycount"), metric(
+        m, "kafka_server_replicamanager_offlinereplicacount"
+    )
 
 
 def describe_log_dirs(bootstrap: str, topic: str | None = None) -> dict[str, dict[str, Any]]:

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -26,7 +25,6 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
-from prometheus_client.parser import text_string_to_metric_families
 
 from shoal.coordinator.faulty import Fault, write_control_file
 from tests.integration.conftest import BrokerFactory
@@ -44,6 +42,8 @@ from tests.support.broker import (
     make_workload,
     seq_of_rec,
 )
+from tests.support.metrics import Samples, metric
+from tests.support.metrics import scrape as scrape_port
 
 CLI_TIMEOUT = 120.0
 WAIT_S = 30.0  # bound of every wait for a background task (retention, cleaner) to act
@@ -102,20 +102,9 @@ def object_overview(broker: BrokerProcess, path: Path) -> dict[str, Any]:
     return {"used": int(head["UsedSize"]), "size": int(head["Size"]), "state": head["State"], "topics": topics}
 
 
-Samples = list[tuple[str, dict[str, str], float]]
-
-
 def scrape(broker: BrokerProcess) -> Samples:
     """Every sample of the broker's /metrics page."""
-    url = f"http://127.0.0.1:{broker.metrics_port}/metrics"  # type: ignore[attr-defined]
-    with urllib.request.urlopen(url, timeout=10) as response:
-        text = response.read().decode()
-    return [(s.name, s.labels, s.value) for family in text_string_to_metric_families(text) for s in family.samples]
-
-
-def metric(samples: Samples, name: str, **labels: str) -> float:
-    """Sum of the samples named ``name`` whose labels include ``labels``."""
-    return sum(v for n, lab, v in samples if n == name and all(lab.get(k) == x for k, x in labels.items()))
+    return scrape_port(broker.metrics_port)  # type: ignore[attr-defined]
 
 
 def watermarks(bootstrap: str, topic: str, partition: int = 0) -> tuple[int, int]:

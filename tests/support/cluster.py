@@ -4,12 +4,12 @@ as an operator runs it (one server.properties per broker, distinct node ids and 
 from __future__ import annotations
 
 import time
-import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from tests.support.broker import BrokerProcess, free_port
+from tests.support.metrics import Samples, metric, scrape
 
 #: Fast membership for tests: fencing within ~2 s instead of Kafka's 9 s.
 FAST_MEMBERSHIP = {"broker.heartbeat.interval.ms": 250, "broker.session.timeout.ms": 2000}
@@ -45,26 +45,16 @@ class Cluster:
     def broker(self, node_id: int) -> BrokerProcess:
         return self.brokers[node_id - 1]
 
-    def scrape(self, node_id: int) -> dict[str, float]:
-        """Broker ``node_id``'s Prometheus page as sample (name with its labels) -> value."""
-        port = int(self.broker(node_id).overrides["metrics.http.port"])
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
-            text = answer.read().decode()
-        values = {}
-        for line in text.splitlines():
-            if line.startswith("#") or " " not in line:
-                continue
-            name, value = line.rsplit(" ", 1)
-            values[name] = float(value)
-        return values
+    def scrape(self, node_id: int) -> Samples:
+        """Broker ``node_id``'s /metrics samples."""
+        return scrape(int(self.broker(node_id).overrides["metrics.http.port"]))
 
     def topic_bytes(self, node_id: int, topic: str) -> tuple[float, float]:
         """(bytes in, bytes out) of ``topic`` on broker ``node_id`` (BrokerTopicMetrics)."""
         m = self.scrape(node_id)
-        label = f'{{topic="{topic}"}}'
         return (
-            m.get(f"kafka_server_brokertopicmetrics_bytesin_total{label}", 0.0),
-            m.get(f"kafka_server_brokertopicmetrics_bytesout_total{label}", 0.0),
+            metric(m, "kafka_server_brokertopicmetrics_bytesin_total", topic=topic),
+            metric(m, "kafka_server_brokertopicmetrics_bytesout_total", topic=topic),
         )
 
     @property
