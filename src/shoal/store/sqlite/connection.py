@@ -40,6 +40,12 @@ def apply_schema(conn: sqlite3.Connection, component: str, migrations: Sequence[
     for version in range(current, len(migrations)):
         conn.execute("BEGIN IMMEDIATE")
         try:
+            # Re-read under the write lock: another process sharing the file (brokers started
+            # together) may have applied this migration since the read above.
+            row = conn.execute("SELECT version FROM schema_versions WHERE component = ?", (component,)).fetchone()
+            if (row[0] if row else 0) > version:
+                conn.execute("COMMIT")
+                continue
             for statement in migrations[version].split(";\n"):
                 if statement.strip():
                     conn.execute(statement)
