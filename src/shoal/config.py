@@ -145,6 +145,74 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             at_least(1),
         ),
         ConfigDef(
+            "min.insync.replicas",
+            ConfigType.INT,
+            1,
+            "With acks=all, how many in-sync replicas a classic partition needs: with fewer in the ISR, "
+            "produce answers NOT_ENOUGH_REPLICAS (default of the topic config).",
+            at_least(1),
+        ),
+        ConfigDef(
+            "unclean.leader.election.enable",
+            ConfigType.BOOLEAN,
+            False,
+            "Whether a replica outside the ISR may become leader when no ISR replica can, losing the "
+            "records it lacks (default of the topic config).",
+        ),
+        ConfigDef(
+            "replica.lag.time.max.ms",
+            ConfigType.LONG,
+            30000,
+            "A follower that has not caught up with the leader's log end for this long leaves the ISR.",
+            at_least(1),
+        ),
+        ConfigDef(
+            "replica.fetch.max.bytes",
+            ConfigType.INT,
+            1048576,
+            "Bytes a follower asks for per partition in each fetch (at least one batch comes).",
+            at_least(0),
+        ),
+        ConfigDef(
+            "replica.fetch.response.max.bytes",
+            ConfigType.INT,
+            10485760,
+            "Bytes a follower asks for in all per fetch (at least one batch comes).",
+            at_least(0),
+        ),
+        ConfigDef(
+            "replica.fetch.wait.max.ms",
+            ConfigType.INT,
+            500,
+            "How long a follower's fetch waits at the leader for new records. Keep it below "
+            "`replica.lag.time.max.ms`.",
+            at_least(0),
+        ),
+        ConfigDef(
+            "replica.fetch.min.bytes", ConfigType.INT, 1, "Bytes a follower's fetch waits for.", at_least(1)
+        ),
+        ConfigDef(
+            "replica.fetch.backoff.ms",
+            ConfigType.INT,
+            1000,
+            "How long a follower waits before fetching again after an error from its leader.",
+            at_least(0),
+        ),
+        ConfigDef(
+            "replica.socket.timeout.ms",
+            ConfigType.INT,
+            30000,
+            "How long a follower waits for its leader's answer before it reconnects.",
+            at_least(1),
+        ),
+        ConfigDef(
+            "controlled.shutdown.enable",
+            ConfigType.BOOLEAN,
+            True,
+            "On SIGTERM, move the broker's classic leaderships to other in-sync replicas (and take it "
+            "out of ISRs) before it stops, so producers with acks=all do not wait for its session to time out.",
+        ),
+        ConfigDef(
             "auto.create.topics.enable",
             ConfigType.BOOLEAN,
             True,

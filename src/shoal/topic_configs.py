@@ -260,18 +260,20 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             "unclean.leader.election.enable",
             ConfigType.BOOLEAN,
             False,
-            "Whether a replica outside the ISR may become leader as a last resort, losing data. Every "
-            "classic partition has one replica in this Shoal version, so there is no other replica to elect and "
-            "it is stored and described without effect, as Kafka ignores it for a single replica.",
+            "Whether a replica outside the ISR may become leader of a classic partition when no ISR "
+            "replica can, losing the records it lacks.",
+            None,
+            "unclean.leader.election.enable",
         ),
         _def(
             "min.insync.replicas",
             ConfigType.INT,
             1,
-            "With acks=all, how many in-sync replicas must have a write. Kafka caps it at the replication "
-            "factor, and every classic partition has one replica in this Shoal version (diskless data is kept by object storage), so one replica always "
-            "satisfies it: stored and described, as Kafka does for a single replica.",
+            "With acks=all, how many in-sync replicas a classic partition needs: with fewer in the ISR, "
+            "produce answers NOT_ENOUGH_REPLICAS before appending, or NOT_ENOUGH_REPLICAS_AFTER_APPEND when "
+            "the ISR shrank while the write waited. Diskless data is kept by object storage: not used there.",
             at_least(1),
+            "min.insync.replicas",
         ),
         _def(
             "compression.type",

@@ -147,9 +147,9 @@ def test_topics_configs_and_classic_leaders_across_brokers(cluster_factory: Any)
         md = wait_for_topic(admin_client(b.bootstrap), "orders", 6)
     spread = Counter(p.leader for p in md.partitions.values())
     assert spread == {1: 2, 2: 2, 3: 2}, spread  # leaders spread evenly over the brokers
-    # Classic replication comes with the next issue: RF>1 on classic is refused with Kafka's code.
     admin2, admin3 = admin_client(b2.bootstrap), admin_client(b3.bootstrap)
-    refused = admin2.create_topics([NewTopic("replicated", 1, 3)], operation_timeout=30)
+    # More replicas than brokers is refused with Kafka's code.
+    refused = admin2.create_topics([NewTopic("replicated", 1, 4)], operation_timeout=30)
     with pytest.raises(Exception, match="INVALID_REPLICATION_FACTOR|replication"):
         refused["replicated"].result(30)
     # Only the leader serves a classic partition; the others answer NOT_LEADER_OR_FOLLOWER.

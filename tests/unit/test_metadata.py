@@ -27,6 +27,7 @@ from shoal.metadata.log import MetadataConflictError
 from shoal.metadata.records import (
     ConfigRecord,
     FenceBrokerRecord,
+    PartitionChangeRecord,
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
@@ -90,6 +91,8 @@ def kafka_error(code: ErrorCode, match: str | None = None) -> Iterator[pytest.Ex
 ALL_RECORDS = [
     TopicRecord("orders", TOPIC_ID),
     PartitionRecord(TOPIC_ID, 3, (1, 2, 3), (1, 2), 1, leader_epoch=4, partition_epoch=7),
+    PartitionChangeRecord(TOPIC_ID, 3, isr=(1,), leader=1, offline_replicas=(2,)),
+    PartitionChangeRecord(TOPIC_ID, 3, replicas=(1, 2, 4), adding_replicas=(4,), removing_replicas=(3,)),
     RemoveTopicRecord(TOPIC_ID),
     ConfigRecord(ConfigRecord.TOPIC, "orders", "retention.ms", "1000"),
     ConfigRecord(ConfigRecord.BROKER, "1", "log.retention.ms", None),
@@ -473,14 +476,15 @@ def test_fenced_brokers_get_no_new_replicas(store: SqliteMetadataStore) -> None:
     assert {b for p in partitions.values() for b in p.replicas} == {1, 2}
 
 
-def test_classic_topics_have_one_replica_for_now(store: SqliteMetadataStore) -> None:
-    controller, cache = make_controller(store, brokers=(1, 2))
-    with kafka_error(ErrorCode.invalid_replication_factor, "replication factor 1"):
-        controller.create_topic(NewTopic("c", 1, 2))
-    with kafka_error(ErrorCode.invalid_replication_factor):
-        controller.create_topic(NewTopic("c", assignments={0: [1, 2]}))
-    assert cache.catch_up().topic("c") is None
-    controller.create_topic(NewTopic("c", 1, 1))
+def test_replicated_classic_topics_start_with_every_alive_replica_in_sync(store: SqliteMetadataStore) -> None:
+    controller, cache = make_controller(store, brokers=(1, 2, 3))
+    controller.create_topic(NewTopic("c", 3, 3))
+    for p in cache.catch_up().topic("c").partitions.values():
+        assert sorted(p.replicas) == [1, 2, 3] and p.isr == p.replicas and p.leader == p.replicas[0]
+    store.append([FenceBrokerRecord(2)], cache.catch_up().offset, 1)
+    controller.create_topic(NewTopic("m", assignments={0: [2, 3]}))
+    (p,) = cache.catch_up().topic("m").partitions.values()
+    assert (p.replicas, p.isr, p.leader) == ((2, 3), (3,), 3)  # a fenced replica is not in sync
 
 
 def test_two_brokers_deciding_changes_on_one_store(store: SqliteMetadataStore) -> None:

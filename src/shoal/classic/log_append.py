@@ -110,6 +110,16 @@ class AppendMixin(RollMixin):
             flush_needed=flush_needed,
         )
 
+    def begin_leader_epoch(self, epoch: int) -> None:
+        """This replica leads from ``epoch`` on: record that the epoch starts at the log end (Kafka
+        does it at becoming leader), so followers asking where older epochs end get an answer
+        before anything is written under it."""
+        with self._guard("recording the leader epoch of"), self._lock:
+            self._check_usable()
+            latest = self._epochs.latest_epoch
+            if latest is None or epoch > latest:
+                self._epochs.assign(epoch, self._next_offset)
+
     def append_as_follower(self, records: memoryview | bytearray | bytes) -> int:
         """Append batches that already carry their offsets (replication, future replicas).
 

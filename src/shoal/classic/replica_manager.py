@@ -4,8 +4,8 @@ It owns the LogManager (the JBOD log dirs, KIP-112 failure handling) and turns t
 metadata's view of classic topics into logs on disk. Appends and reads run on the
 event loop (page-cache I/O, and it keeps per-partition order trivially); fsync,
 recovery, deletion and directory moves run in worker threads. Replication to
-followers comes in a later release; the shape (leader epoch, high watermark kept by
-the log, expected replicas) is here for it.
+followers is ``replication``: this broker's replicas lead or follow as the metadata image says,
+and a leader's appends are acknowledged per ``acks`` once its ISR has them.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from shoal.classic.log_dirs import LogDirDescription, describe_log_dirs
 from shoal.classic.log_manager import LogManager, TopicPartition
 from shoal.classic.log_manager_failures import LogDirFailureEvent
 from shoal.classic.log_results import AppendResult, ReadResult, TimestampAndOffset
+from shoal.classic.replication import Replication
+from shoal.cluster.partition_control import PartitionControl
 from shoal.config import Config
 from shoal.metadata.image import MetadataImage, TopicImage
 from shoal.protocol.errors import ErrorCode, KafkaError
@@ -74,13 +76,19 @@ class ReplicaManager:
         run_blocking: Callable[..., Awaitable[Any]],
         image: Callable[[], MetadataImage],
         on_halt: Callable[[str], None],
+        control: PartitionControl | None = None,
+        wake: Callable[[TopicPartition], None] = lambda tp: None,
     ) -> None:
         self._config = config
+        self._control = control
+        #: min.insync.replicas of topics that do not set it.
+        self.default_min_isr: int = config["min.insync.replicas"]
         self._node_id = node_id
         self._run_blocking = run_blocking
         self._image = image
         self._on_halt = on_halt
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._reports: set[asyncio.Future[None]] = set()
         self.logs = LogManager(
             config.log_dirs,
             node_id,
@@ -91,6 +99,7 @@ class ReplicaManager:
             on_dir_failure=self._dir_failed_in_thread,
             retention_check_interval_ms=config["log.retention.check.interval.ms"],
         )
+        self.replication = Replication(config, node_id, self.get, run_blocking, control, wake)
 
     def _hosted(self, image: MetadataImage) -> set[TopicPartition]:
         """Classic partitions the metadata places on this broker (KIP-112's "created" replicas)."""
@@ -113,9 +122,49 @@ class ReplicaManager:
         if not self.logs.online_dirs():
             raise RuntimeError("every log dir is offline: the broker cannot start (as Kafka)")
         self.logs.start()
+        await self.report_offline_replicas()
+        await self.apply_image(self._image())
+        self.replication.start()
 
     async def stop(self) -> None:
+        await self.replication.stop()
         await self._run_blocking(self.logs.shutdown)
+
+    async def apply_image(self, image: MetadataImage) -> None:
+        """Lead or follow each local replica as ``image`` says (``replication``)."""
+        await self.replication.apply(image, lambda tp: self.logs.has_log(*tp))
+
+    async def report_offline_replicas(self) -> None:
+        """Tell the cluster which of this broker's replicas are on failed log dirs (KIP-112): they
+        leave ISRs and their leaderships move. Replicas the image still lists as offline whose
+        logs are back (the disk returned, or ``shoal log-dirs reset`` re-created them) are online again."""
+        if self._control is None:
+            return
+        image = self._image()
+        offline = [tp for tp in self.logs.offline_partitions() if self._is_replica(image, tp)]
+        online = [
+            (topic.name, p.partition)
+            for topic in image.topics_by_name.values()
+            for p in topic.partitions.values()
+            if self._node_id in p.offline_replicas and self.logs.has_log(topic.name, p.partition)
+            and (topic.name, p.partition) not in self.logs.offline_partitions()
+        ]
+        try:
+            if offline:
+                await self._run_blocking(self._control.replicas_offline, self._node_id, offline)
+            if online:
+                await self._run_blocking(self._control.replicas_offline, self._node_id, online, False)
+        except Exception as exc:
+            log.warning("reporting offline replicas failed: %s", exc)
+
+    def is_offline_here(self, topic: str, partition: int) -> bool:
+        """Whether this broker's replica of the partition sits on a failed log dir."""
+        return (topic, partition) in self.logs.offline_partitions()
+
+    def _is_replica(self, image: MetadataImage, tp: TopicPartition) -> bool:
+        topic = image.topic(tp[0])
+        p = topic.partitions.get(tp[1]) if topic is not None else None
+        return p is not None and self._node_id in p.replicas
 
     async def _reset(self, log_dir: str) -> None:
         """KIP-112's recovery after a disk is fixed or replaced, asked for with ``shoal log-dirs reset``:
@@ -127,6 +176,7 @@ class ReplicaManager:
             if topic is not None and not topic.is_diskless:
                 await self._run_blocking(self.logs.create_log, topic_name, topic.topic_id, partition)
         (Path(log_dir) / RESET_MARKER).unlink()
+
         log.warning(
             "log dir %s was reset by the operator: re-created %s empty",
             log_dir,
@@ -147,8 +197,14 @@ class ReplicaManager:
             event.message,
             ", ".join(f"{t}-{p}" for t, p in event.offline_partitions) or "none",
         )
+        for tp in event.offline_partitions:
+            self.replication.forget(tp)
         if event.halt:
             self._on_halt(f"every log dir is offline (last: {event.log_dir})")
+            return
+        task = asyncio.ensure_future(self.report_offline_replicas())
+        self._reports.add(task)
+        task.add_done_callback(self._reports.discard)
 
     def offline_partitions(self) -> Mapping[TopicPartition, str | None]:
         return self.logs.offline_partitions()
@@ -170,6 +226,7 @@ class ReplicaManager:
                     p.partition,
                     configs or None,
                 )
+        await self.apply_image(self._image())
 
     async def delete_topic(self, topic: TopicImage) -> None:
         for p in topic.partitions.values():
@@ -192,17 +249,50 @@ class ReplicaManager:
         batches: list[tuple[int, BatchHeader]],
         timestamp_type: TimestampType,
     ) -> AppendResult:
-        """Append as the leader, on the loop (so appends keep arrival order). When the result says
-        ``flush_needed`` (``flush.messages``), ``await flush(...)`` before acknowledging."""
-        return self.get(topic, partition).append(records, batches, timestamp_type, leader_epoch=0)
+        """Append as the leader, on the loop (so appends keep arrival order), under the current
+        leader epoch. When the result says ``flush_needed`` (``flush.messages``), ``await
+        flush(...)`` before acknowledging; with acks=all, ``await replicated(...)``."""
+        state = self.replication.leader((topic, partition))
+        result = state.log.append(records, batches, timestamp_type, leader_epoch=state.leader_epoch)
+        state.advance_high_watermark()
+        return result
+
+    def check_enough_replicas(self, topic: str, partition: int, min_isr: int) -> None:
+        """Before an acks=all append: NOT_ENOUGH_REPLICAS when the ISR is below ``min.insync.replicas``."""
+        state = self.replication.leader((topic, partition))
+        if len(state.isr) < min_isr:
+            raise KafkaError(
+                ErrorCode.not_enough_replicas,
+                f"The size of the current ISR {list(state.isr)} is insufficient to satisfy the min.isr "
+                f"requirement of {min_isr} for partition {topic}-{partition}",
+            )
+
+    def replicated(self, topic: str, partition: int, end_offset: int, min_isr: int) -> asyncio.Future[ErrorCode]:
+        """Completes when the ISR has every offset below ``end_offset`` (acks=all)."""
+        return self.replication.leader((topic, partition)).wait_for(end_offset, min_isr)
 
     async def flush(self, topic: str, partition: int) -> None:
         await self._run_blocking(self.get(topic, partition).flush)
 
     def read(
-        self, topic: str, partition: int, offset: int, max_bytes: int, min_one_batch: bool
+        self, topic: str, partition: int, offset: int, max_bytes: int, min_one_batch: bool, replica_id: int = -1
     ) -> ReadResult:
-        return self.get(topic, partition).read(offset, max_bytes, min_one_batch)
+        """A consumer's read (below the high watermark) or, with ``replica_id``, a follower's (up to
+        the log end; its fetch offset is its log end, which may move the high watermark)."""
+        if replica_id < 0:
+            return self.get(topic, partition).read(offset, max_bytes, min_one_batch)
+        tp = (topic, partition)
+        state = self.replication.leader(tp)
+        if replica_id not in state.partition.replicas:
+            raise KafkaError(
+                ErrorCode.not_leader_or_follower,
+                f"Broker {replica_id} fetched {topic}-{partition} as a follower but is not one of its replicas "
+                f"{list(state.partition.replicas)}",
+            )
+        leo = state.log.log_end_offset
+        result = state.log.read(offset, max_bytes, min_one_batch, committed_only=False)
+        self.replication.replica_fetched(tp, replica_id, offset, leo)
+        return ReadResult(result.records, state.log.high_watermark, result.log_start_offset)
 
     async def list_offset(self, topic: str, partition: int, timestamp: int) -> TimestampAndOffset | None:
         """On a worker: a lookup by time reads index and segment files and decodes a batch."""

@@ -3,7 +3,9 @@
 Same options, messages and layout as Kafka's TopicCommand, so operators and their scripts can
 move between the two: ``Created topic T.``, ``Error while executing topic command : ...`` (on
 stdout with exit code 1, as Kafka prints it), ``--topic`` as Kafka's include-list regex for
-describe/alter/delete, the tab-separated describe lines. KIP-1163 additions: ``create
+describe/alter/delete, the tab-separated describe lines and describe's reports
+(``--under-replicated-partitions``, ``--unavailable-partitions``, ``--under-min-isr-partitions``,
+``--at-min-isr-partitions``: only matching partition lines, no topic lines). KIP-1163 additions: ``create
 --diskless`` (``diskless.enable=true``), ``list --diskless`` (Metadata v14's IsDiskless, or
 DescribeConfigs on older brokers), and ``describe`` also prints each topic's kind and each
 partition's log start and end offsets. ``alter --config/--delete-config`` uses
@@ -25,8 +27,21 @@ import typer
 
 from shoal.cli.kafka_client import DEFAULT_BOOTSTRAP, KafkaClient, KafkaClientError, TopicPartition
 from shoal.cli.options import BootstrapOpt, TimeoutOpt
-from shoal.cli.topic_admin import DISKLESS_CONFIG, Api, TopicAdmin, TopicCommandError, broker_failure
-from shoal.cli.topic_format import partition_line, topic_line
+from shoal.cli.topic_admin import (
+    DISKLESS_CONFIG,
+    Api,
+    ConfigEntry,
+    TopicAdmin,
+    TopicCommandError,
+    broker_failure,
+)
+from shoal.cli.topic_format import (
+    MIN_ISR_CONFIG,
+    PartitionReports,
+    describe_lines,
+    min_insync_replicas,
+    reported_partitions,
+)
 from shoal.cli.topic_parsing import (
     ensure_topic_exists,
     parse_configs,
@@ -172,17 +187,43 @@ def describe(
     topic: TopicRegexOpt = None,
     if_exists: IfExistsOpt = False,
     under_replicated_partitions: Annotated[
-        bool, typer.Option("--under-replicated-partitions", help="Only partitions whose ISR is smaller than the replicas.")
+        bool,
+        typer.Option("--under-replicated-partitions", help="Only partitions whose ISR is smaller than their replicas."),
     ] = False,
     unavailable_partitions: Annotated[
-        bool, typer.Option("--unavailable-partitions", help="Only partitions whose leader is not available.")
+        bool,
+        typer.Option(
+            "--unavailable-partitions",
+            help="Only partitions without a leader, or whose leader is not a live broker.",
+        ),
+    ] = False,
+    under_min_isr_partitions: Annotated[
+        bool,
+        typer.Option(
+            "--under-min-isr-partitions",
+            help="Only partitions whose ISR count is less than the topic's min.insync.replicas (or without a leader).",
+        ),
+    ] = False,
+    at_min_isr_partitions: Annotated[
+        bool,
+        typer.Option(
+            "--at-min-isr-partitions", help="Only partitions whose ISR count equals the topic's min.insync.replicas."
+        ),
     ] = False,
     exclude_internal: Annotated[bool, typer.Option("--exclude-internal", help="Leave internal topics out.")] = False,
     bootstrap_server: BootstrapOpt = DEFAULT_BOOTSTRAP,
     timeout: TimeoutOpt = DEFAULT_TIMEOUT_MS,
 ) -> None:
-    """Describe topics (--describe): configs, kind, and per partition replicas, log start and end offsets."""
-    report_only = under_replicated_partitions or unavailable_partitions
+    """Describe topics (--describe): configs, kind, and per partition replicas, log start and end offsets.
+
+    The report options print only the partitions they name (those of any, when several are given) and
+    no topic lines, as kafka-topics.sh does."""
+    reports = PartitionReports(
+        under_replicated=under_replicated_partitions,
+        unavailable=unavailable_partitions,
+        under_min_isr=under_min_isr_partitions,
+        at_min_isr=at_min_isr_partitions,
+    )
     with _admin(bootstrap_server, timeout) as admin:
         cluster = admin.topics()
         names = select_topics(cluster, topic, exclude_internal)
@@ -193,27 +234,29 @@ def describe(
             meta = cluster.topics[name]
             if meta.error != ErrorCode.none:
                 raise broker_failure(meta.error, None)
-        configs = admin.describe_configs(names)
-        flags = {n: cluster.topics[n].is_diskless for n in names}
-        for name, flag in flags.items():
-            if flag is None:
-                flags[name] = any(c.name == DISKLESS_CONFIG and c.value == "true" for c in configs[name])
-        wanted = [
-            TopicPartition(n, p.partition) for n in names for p in cluster.topics[n].partitions if p.leader >= 0
-        ]
-        offsets = admin.log_offsets(wanted)
-        for name in names:
-            meta = cluster.topics[name]
-            if not report_only:
-                typer.echo(topic_line(meta, configs[name], bool(flags[name])))
-            for p in meta.partitions:
-                unavailable = p.leader < 0 or p.leader not in cluster.brokers
-                if report_only and not (
-                    (under_replicated_partitions and len(p.isr) < len(p.replicas))
-                    or (unavailable_partitions and unavailable)
-                ):
-                    continue
-                typer.echo(partition_line(name, p, offsets.get(TopicPartition(name, p.partition), (None, None))))
+        headers: dict[str, tuple[list[ConfigEntry], bool]] | None = None
+        min_isr: dict[str, int] | None = None
+        if not reports.any:
+            configs = admin.describe_configs(names)
+            flags = {n: cluster.topics[n].is_diskless for n in names}
+            headers = {
+                n: (
+                    configs[n],
+                    bool(flag)
+                    if flag is not None
+                    else any(c.name == DISKLESS_CONFIG and c.value == "true" for c in configs[n]),
+                )
+                for n, flag in flags.items()
+            }
+        elif reports.needs_min_isr:
+            configs = admin.describe_configs(names, [MIN_ISR_CONFIG])
+            min_isr = {n: min_insync_replicas(n, configs[n]) for n in names}
+        selected = reported_partitions(cluster, names, reports, min_isr)
+        offsets = admin.log_offsets(
+            [TopicPartition(n, p.partition) for n, parts in selected.items() for p in parts if p.leader >= 0]
+        )
+    for line in describe_lines(cluster, selected, offsets, headers):
+        typer.echo(line)
 
 
 # ------------------------------------------------------------------------------------- alter

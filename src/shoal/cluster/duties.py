@@ -3,7 +3,8 @@ cluster's periodic duties.
 
 Each round (every ``broker.heartbeat.interval.ms``, at most 500 ms apart) a controller-role
 broker that does not hold the lease tries to take it (it is free once its holder has not renewed it for ``broker.session.timeout.ms``); the
-holder renews it and writes the fencing the broker registry calls for (``fencing``). Work that
+holder renews it and writes the fencing the broker registry calls for (``fencing``) and the
+leader elections that fencing calls for (``election``). Work that
 must run once per cluster (diskless retention, the object cleaner, group offset expiry) asks
 ``active`` before each round. Topic and config changes do not need the lease: every broker
 decides them by compare-and-append (``shoal.metadata.controller``).
@@ -17,8 +18,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from shoal.cluster.election import failover_changes, unclean_election_enabled
 from shoal.cluster.fencing import fencing_changes
-from shoal.metadata.image import MetadataImage
+from shoal.metadata.image import MetadataImage, TopicImage
 from shoal.metadata.log import MetadataConflictError, MetadataStore
 from shoal.metadata.records import ControllerChangeRecord, MetadataRecord
 
@@ -40,6 +42,7 @@ class ControllerDuties:
         *,
         heartbeat_interval_ms: int,
         session_timeout_ms: int,
+        unclean_leader_election: bool = False,
     ) -> None:
         self._store = store
         self._run_blocking = run_blocking
@@ -48,6 +51,7 @@ class ControllerDuties:
         # A joining broker waits for the controller's next round to be unfenced: keep rounds short.
         self._interval = min(heartbeat_interval_ms, MAX_ROUND_MS) / 1000
         self._session_timeout_ms = session_timeout_ms
+        self._unclean = unclean_leader_election
         self._epoch: int | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -76,6 +80,10 @@ class ControllerDuties:
         if image.controller != (self._node_id, self._epoch):
             changes.append(ControllerChangeRecord(self._node_id, self._epoch))
         changes += fencing_changes(image, self._store.broker_registrations(), self._session_timeout_ms)
+        # Elections on the image as the fencing leaves it: fenced brokers leave ISRs, their
+        # partitions get new leaders, leaderless ones get one when an ISR replica is back.
+        fenced = image.apply((image.offset + 1 + i, c) for i, c in enumerate(changes)) if changes else image
+        changes += failover_changes(fenced, self.unclean_for)
         if not changes:
             return
         try:
@@ -86,6 +94,9 @@ class ControllerDuties:
             return
         for change in changes:
             log.info("controller: %s", change)
+
+    def unclean_for(self, topic: TopicImage) -> bool:
+        return unclean_election_enabled(topic, self._unclean)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="controller-duties")

@@ -35,10 +35,6 @@ from shoal.topic_configs import validate_topic_configs
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME_LENGTH = 249
 PRODUCER_ID_BLOCK_SIZE = 1000
-CLASSIC_REPLICATION_MISSING = (
-    "Classic topics have one replica in this Shoal version (replication comes next): use "
-    "replication factor 1, or a diskless topic (diskless.enable=true), whose data object storage keeps."
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +102,15 @@ def validate_topic_name(name: str) -> None:
             ErrorCode.invalid_topic_exception,
             f"Topic name {name} is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'",
         )
+
+
+def new_partition(image: MetadataImage, topic_id: uuid.UUID, partition: int, replicas: Sequence[int]) -> PartitionRecord:
+    """A new partition: every replica on an unfenced broker is in the ISR (it has the empty log),
+    led by the first of them; with none alive the partition starts leaderless (KRaft's rule)."""
+    alive = {b.node_id for b in image.alive_brokers()}
+    isr = tuple(b for b in replicas if b in alive) or tuple(replicas)
+    leader = next((b for b in replicas if b in alive), -1)
+    return PartitionRecord(topic_id, partition, tuple(replicas), isr, leader)
 
 
 class Controller:
@@ -196,8 +201,6 @@ class Controller:
                     f"Unable to replicate the partition {replication_factor} time(s): The target replication factor "
                     f"of {replication_factor} cannot be reached because only {len(brokers)} broker(s) are registered.",
                 )
-        if replication_factor > 1 and not is_diskless:
-            raise KafkaError(ErrorCode.invalid_replication_factor, CLASSIC_REPLICATION_MISSING)
         return CreatedTopic(
             topic.name, uuid.uuid4(), num_partitions, replication_factor, configs, is_diskless
         )
@@ -213,7 +216,7 @@ class Controller:
             else assign_replicas(image.alive_brokers(), range(created.num_partitions), created.replication_factor)
         )
         for p, replicas in enumerate(placements):
-            records.append(PartitionRecord(created.topic_id, p, replicas, replicas, replicas[0]))
+            records.append(new_partition(image, created.topic_id, p, replicas))
         records += [ConfigRecord(ConfigRecord.TOPIC, created.name, k, v) for k, v in created.configs.items()]
         return created, self._append(records, image)
 
@@ -264,8 +267,7 @@ class Controller:
         if validate_only:
             return new, None
         records: list[MetadataRecord] = [
-            PartitionRecord(topic.topic_id, p, replicas, replicas, replicas[0])
-            for p, replicas in zip(new, placements, strict=True)
+            new_partition(image, topic.topic_id, p, replicas) for p, replicas in zip(new, placements, strict=True)
         ]
         return new, self._append(records, image)
 

@@ -17,6 +17,7 @@ from shoal.metadata.records import (
     ControllerChangeRecord,
     FenceBrokerRecord,
     MetadataRecord,
+    PartitionChangeRecord,
     PartitionRecord,
     ProducerIdsRecord,
     RegisterBrokerRecord,
@@ -34,6 +35,29 @@ class PartitionImage:
     leader: int
     leader_epoch: int
     partition_epoch: int
+    offline_replicas: tuple[int, ...] = ()
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
+
+    def changed(self, change: PartitionChangeRecord) -> PartitionImage:
+        """This partition after ``change`` (KRaft's epochs: any change bumps the partition epoch,
+        a new leader the leader epoch too)."""
+        leader = self.leader if change.leader is None else change.leader
+        return replace(
+            self,
+            replicas=self.replicas if change.replicas is None else tuple(change.replicas),
+            isr=self.isr if change.isr is None else tuple(change.isr),
+            leader=leader,
+            leader_epoch=self.leader_epoch + 1 if leader != self.leader else self.leader_epoch,
+            partition_epoch=self.partition_epoch + 1,
+            offline_replicas=(
+                self.offline_replicas if change.offline_replicas is None else tuple(change.offline_replicas)
+            ),
+            adding_replicas=self.adding_replicas if change.adding_replicas is None else tuple(change.adding_replicas),
+            removing_replicas=(
+                self.removing_replicas if change.removing_replicas is None else tuple(change.removing_replicas)
+            ),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +140,12 @@ class MetadataImage:
                         record.leader_epoch,
                         record.partition_epoch,
                     )
+            elif isinstance(record, PartitionChangeRecord):
+                name = names_by_id.get(record.topic_id)
+                if name is not None:
+                    partitions = draft(name)["partitions"]
+                    if record.partition in partitions:
+                        partitions[record.partition] = partitions[record.partition].changed(record)
             elif isinstance(record, RemoveTopicRecord):
                 name = names_by_id.pop(record.topic_id, None)
                 if name is not None:

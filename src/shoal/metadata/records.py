@@ -30,6 +30,24 @@ class PartitionRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionChangeRecord:
+    """A change of one partition's leadership or replicas (KRaft's PartitionChangeRecord): a field
+    left None is unchanged. Every change bumps the partition epoch; a new leader also bumps the
+    leader epoch (followers truncate against it, clients are fenced by it)."""
+
+    topic_id: uuid.UUID
+    partition: int
+    isr: tuple[int, ...] | None = None
+    leader: int | None = None
+    replicas: tuple[int, ...] | None = None
+    #: Replicas whose log dir failed on their broker (KIP-112; Metadata's OfflineReplicas).
+    offline_replicas: tuple[int, ...] | None = None
+    #: Reassignment in progress (KIP-455): replicas being added / removed, () when none.
+    adding_replicas: tuple[int, ...] | None = None
+    removing_replicas: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RemoveTopicRecord:
     topic_id: uuid.UUID
 
@@ -94,6 +112,7 @@ class ProducerIdsRecord:
 MetadataRecord = (
     TopicRecord
     | PartitionRecord
+    | PartitionChangeRecord
     | RemoveTopicRecord
     | ConfigRecord
     | RegisterBrokerRecord
@@ -108,6 +127,7 @@ _TYPES: dict[str, type] = {
     for cls in (
         TopicRecord,
         PartitionRecord,
+        PartitionChangeRecord,
         RemoveTopicRecord,
         ConfigRecord,
         RegisterBrokerRecord,

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from shoal.metadata.image import TopicImage
+from shoal.metadata.image import MetadataImage, TopicImage
 from shoal.protocol.errors import ErrorCode
 from shoal.records.batch import BatchHeader
 from shoal.records.types import TimestampType
@@ -114,6 +114,7 @@ class KindRead:
     partition: PartitionRef
     fetch_offset: int
     max_bytes: int
+    replica_id: int = -1
 
 
 # ------------------------------------------------------------------------------- offsets, delete
@@ -163,6 +164,8 @@ class ProduceOptions:
     produce_version: int
     transactional_id: str | None = None
     client_id: str | None = None
+    #: How long an acks=all write may wait for the ISR (the request's ``timeout_ms``).
+    timeout_ms: int = 30_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +173,8 @@ class FetchOptions:
     max_bytes: int
     min_bytes: int
     max_wait_s: float
+    #: A follower broker's node id (its fetch reads up to the log end), -1 for consumers.
+    replica_id: int = -1
 
 
 class PartitionKind(Protocol):
@@ -182,10 +187,16 @@ class PartitionKind(Protocol):
 
     async def stop(self) -> None: ...
 
-    def append(self, partition: PartitionRef, records: ValidatedRecords) -> Awaitable[AppendOutcome]:
+    def append(
+        self, partition: PartitionRef, records: ValidatedRecords, options: ProduceOptions
+    ) -> Awaitable[AppendOutcome]:
         """Append validated batches, synchronously in call order (a producer's pipelined requests
-        keep their order); the awaitable completes when the append may be acknowledged. Raises
-        KafkaError when refused at once."""
+        keep their order); the awaitable completes when the append may be acknowledged under
+        ``options.acks``. Raises KafkaError when refused at once."""
+        ...
+
+    async def publish(self, image: MetadataImage) -> None:
+        """A newer metadata image: take up the roles it gives this broker's replicas."""
         ...
 
     async def read(self, reads: Sequence[KindRead], max_bytes: int, min_one_batch: bool) -> list[ReadOutcome]:

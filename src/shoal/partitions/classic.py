@@ -5,11 +5,12 @@ log dirs and moving a replica between them (KIP-112/113)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
 from shoal.classic.replica_manager import ReplicaManager
-from shoal.metadata.image import TopicImage
+from shoal.metadata.image import MetadataImage, TopicImage
 from shoal.partitions.api import (
     AppendOutcome,
     DeleteOutcome,
@@ -18,6 +19,7 @@ from shoal.partitions.api import (
     OffsetOutcome,
     PartitionRef,
     PartitionState,
+    ProduceOptions,
     ReadOutcome,
     ValidatedRecords,
 )
@@ -41,26 +43,68 @@ class ClassicPartitions:
 
     # ------------------------------------------------------------------------------------ data
 
-    def append(self, partition: PartitionRef, records: ValidatedRecords) -> Awaitable[AppendOutcome]:
-        appended = self.replicas.append(
-            partition.name, partition.partition, records.records, records.batches, records.timestamp_type
-        )
+    def append(
+        self, partition: PartitionRef, records: ValidatedRecords, options: ProduceOptions
+    ) -> Awaitable[AppendOutcome]:
+        name, index = partition.name, partition.partition
+        min_isr = self._min_isr(partition.topic)
+        if options.acks == -1:
+            self.replicas.check_enough_replicas(name, index, min_isr)
+        appended = self.replicas.append(name, index, records.records, records.batches, records.timestamp_type)
         outcome = AppendOutcome(
             base_offset=appended.base_offset,
             log_append_time=appended.log_append_time,
             log_start_offset=appended.log_start_offset,
         )
         self._wake([partition.wake_key])
-        return self._flushed(partition, outcome, appended.flush_needed)
+        replicated = (
+            self.replicas.replicated(name, index, appended.last_offset + 1, min_isr) if options.acks == -1 else None
+        )
+        return self._acknowledged(partition, outcome, appended.flush_needed, replicated, options.timeout_ms)
 
-    async def _flushed(self, partition: PartitionRef, outcome: AppendOutcome, flush_needed: bool) -> AppendOutcome:
-        """Honour the topic's ``flush.messages``: fsync before the append is acknowledged."""
+    def _min_isr(self, topic: TopicImage) -> int:
+        value = topic.configs.get("min.insync.replicas")
+        return int(value) if value is not None else self.replicas.default_min_isr
+
+    async def _acknowledged(
+        self,
+        partition: PartitionRef,
+        outcome: AppendOutcome,
+        flush_needed: bool,
+        replicated: asyncio.Future[ErrorCode] | None,
+        timeout_ms: int,
+    ) -> AppendOutcome:
+        """Honour the topic's ``flush.messages`` (fsync before the append is acknowledged) and, with
+        acks=all, wait for the ISR to have it (REQUEST_TIMED_OUT after the request's timeout)."""
         if flush_needed:
             try:
                 await self.replicas.flush(partition.name, partition.partition)
             except KafkaError as exc:
-                outcome.fail(exc.code, exc.message)
+                if replicated is not None:
+                    replicated.cancel()
+                return outcome.fail(exc.code, exc.message)
+        if replicated is not None:
+            try:
+                code = await asyncio.wait_for(replicated, max(timeout_ms, 0) / 1000)
+            except TimeoutError:
+                return outcome.fail(
+                    ErrorCode.request_timed_out,
+                    f"The in-sync replicas of {partition.name}-{partition.partition} did not all have the write "
+                    f"within the request's timeout of {timeout_ms} ms",
+                )
+            if code == ErrorCode.not_enough_replicas_after_append:
+                return outcome.fail(
+                    code,
+                    f"The write to {partition.name}-{partition.partition} was appended but the ISR shrank below "
+                    "min.insync.replicas before it was replicated",
+                )
+            if code != ErrorCode.none:
+                return outcome.fail(code, f"{partition.name}-{partition.partition} lost its leadership before the "
+                                          "write was replicated")
         return outcome
+
+    async def publish(self, image: MetadataImage) -> None:
+        await self.replicas.apply_image(image)
 
     async def read(self, reads: Sequence[KindRead], max_bytes: int, min_one_batch: bool) -> list[ReadOutcome]:
         outcomes = []
@@ -70,6 +114,7 @@ class ClassicPartitions:
                 result = self.replicas.read(
                     r.partition.name, r.partition.partition, r.fetch_offset,
                     min(r.max_bytes, max(max_bytes - used, 0)), min_one_batch=min_one_batch and used == 0,
+                    replica_id=r.replica_id,
                 )
                 hw = result.high_watermark
                 outcomes.append(ReadOutcome(ErrorCode.none, hw, hw, result.log_start_offset, bytes(result.records)))
@@ -152,6 +197,9 @@ class ClassicPartitions:
 
     def offline_partitions(self) -> Mapping[tuple[str, int], str | None]:
         return self.replicas.offline_partitions()
+
+    def is_offline_here(self, topic: str, partition: int) -> bool:
+        return self.replicas.is_offline_here(topic, partition)
 
     async def describe_log_dirs(self, partitions: list[tuple[str, int]] | None) -> list:
         return await self.replicas.describe_log_dirs(partitions)

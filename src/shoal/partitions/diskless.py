@@ -33,6 +33,7 @@ from shoal.partitions.api import (
     OffsetOutcome,
     PartitionRef,
     PartitionState,
+    ProduceOptions,
     ReadOutcome,
     ValidatedRecords,
 )
@@ -89,7 +90,9 @@ class DisklessPartitions:
 
     # ------------------------------------------------------------------------------------ data
 
-    def append(self, partition: PartitionRef, records: ValidatedRecords) -> Awaitable[AppendOutcome]:
+    def append(
+        self, partition: PartitionRef, records: ValidatedRecords, options: ProduceOptions | None = None
+    ) -> Awaitable[AppendOutcome]:
         tp = coordinator_key(partition)
         futures = [
             self._appender.append(tp, records.records[position : position + header.size], header,
@@ -203,6 +206,9 @@ class DisklessPartitions:
 
     def topic_config_changed(self, topic: TopicImage) -> None:
         """Diskless topics read their configs from the image at each use: nothing to do."""
+
+    async def publish(self, image: MetadataImage) -> None:
+        """Any broker serves every diskless partition: no role to take up."""
 
 
 async def _none() -> None:

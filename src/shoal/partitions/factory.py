@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from shoal.classic.replica_manager import ReplicaManager
+from shoal.cluster.partition_control import PartitionControl
 from shoal.config import Config
 from shoal.coordinator.api import BatchCoordinator
 from shoal.diskless.append import Appender
@@ -35,11 +36,21 @@ def build_partitions(
     run_blocking: Callable[..., Awaitable[Any]],
     on_halt: Callable[[str], None],
     is_controller: Callable[[], bool] = lambda: True,
+    control: PartitionControl | None = None,
 ) -> Partitions:
     """Wire every kind; nothing runs until ``Partitions.start``. Diskless retention and the object
-    cleaner run only while ``is_controller()`` (once per cluster)."""
+    cleaner run only while ``is_controller()`` (once per cluster). ``control`` decides classic
+    ISR and leadership changes (none: a broker without replication, in tests)."""
     notifier = CommitNotifier()
-    replicas = ReplicaManager(config, node_id, cluster_id, run_blocking, image, on_halt)
+
+    def wake_follower_reads(tp: tuple[str, int]) -> None:
+        topic = image().topic(tp[0])
+        if topic is not None:
+            notifier.committed([(topic.topic_id, tp[1])])
+
+    replicas = ReplicaManager(
+        config, node_id, cluster_id, run_blocking, image, on_halt, control=control, wake=wake_follower_reads
+    )
     metrics.track_log_dirs(replicas.logs)
     classic = ClassicPartitions(replicas, notifier.committed)
 

@@ -124,6 +124,8 @@ class Partitions:
                     await attempt(self.add_partitions(topic, added))
                 if topic.configs != before.configs:
                     self.topic_config_changed(topic)
+            for kind in self._kinds.values():
+                await attempt(kind.publish(image))
             if errors:
                 raise errors[0]
 
@@ -153,6 +155,12 @@ class Partitions:
         if partition.topic.is_diskless:
             return
         leader = partition.topic.partitions[partition.partition].leader
+        if leader != self._node_id and self._classic.is_offline_here(partition.name, partition.partition):
+            raise KafkaError(
+                ErrorCode.kafka_storage_error,
+                f"The replica of {partition.name}-{partition.partition} on this broker (node {self._node_id}) is "
+                "on a failed log dir",
+            )
         if leader != self._node_id:
             raise KafkaError(
                 ErrorCode.not_leader_or_follower,
@@ -210,7 +218,7 @@ class Partitions:
                     self._refuse_transactional(validated)
                     sizes[-1] = (request.topic, validated.size, validated.count)
                     if ref.wake_key not in self._append_tails:
-                        waits[-1] = self.kind_of(ref.topic).append(ref, validated)
+                        waits[-1] = self.kind_of(ref.topic).append(ref, validated, options)
                         continue
                 waits[-1] = self._append_in_order(ref, validated, outcome, sizes, len(sizes) - 1, options)
             except KafkaError as exc:
@@ -256,7 +264,7 @@ class Partitions:
                     if previous is not None:
                         await previous
                 sizes[index] = (ref.name, records.size, records.count)
-                wait = self.kind_of(ref.topic).append(ref, records)
+                wait = self.kind_of(ref.topic).append(ref, records, options)
             except KafkaError as exc:
                 self._refused(ref.name, ref.partition, options, outcome, exc)
                 return outcome
@@ -315,7 +323,7 @@ class Partitions:
                 if fenced is not None:
                     slots.append(ReadOutcome(fenced.code))
                     continue
-                slots.append(KindRead(ref, r.fetch_offset, r.max_bytes))
+                slots.append(KindRead(ref, r.fetch_offset, r.max_bytes, options.replica_id))
         reads = [s for s in slots if isinstance(s, KindRead)]
         keys = [r.partition.wake_key for r in reads]
         errors = len(reads) != len(slots)

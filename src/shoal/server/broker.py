@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 import uuid
@@ -16,7 +17,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from shoal.cluster.duties import ControllerDuties
+from shoal.cluster.election import unclean_election_enabled
 from shoal.cluster.membership import BrokerMembership
+from shoal.cluster.partition_control import PartitionControl
 from shoal.cluster.placement import group_partition, partition_owner
 from shoal.config import Config
 from shoal.groups.coordinator import GroupConfig, GroupCoordinator
@@ -76,6 +79,7 @@ class Broker:
         self._metadata: MetadataCache | None = None
         self._membership: BrokerMembership | None = None
         self._duties: ControllerDuties | None = None
+        self._control: PartitionControl | None = None
         self._alive: tuple[Any, ...] | None = None
         #: Set when the broker must stop on its own (every log dir failed), as Kafka halts.
         self.fatal = asyncio.Event()
@@ -114,11 +118,16 @@ class Broker:
             self._duties = ControllerDuties(
                 store, self.run_blocking, metadata.catch_up, self.node_id,
                 heartbeat_interval_ms=heartbeat_ms, session_timeout_ms=session_ms,
+                unclean_leader_election=config["unclean.leader.election.enable"],
             )
         await self._wait_until_unfenced()
         if self._duties is not None:
             self._duties.start()
         controller = Controller(store, config, metadata.catch_up)
+        self._control = PartitionControl(
+            store, self.node_id, metadata.catch_up,
+            functools.partial(unclean_election_enabled, broker_default=config["unclean.leader.election.enable"]),
+        )
 
         storage_url = object_storage_url(config)
         self._storage = storage = open_object_storage(storage_url)
@@ -126,7 +135,7 @@ class Broker:
         metrics.track_cluster(self)
         self._partitions = partitions = build_partitions(
             config, self.node_id, cluster_id, lambda: metadata.image, stores.coordinator, storage, metrics,
-            self.run_blocking, self._halt, is_controller=self.is_controller,
+            self.run_blocking, self._halt, is_controller=self.is_controller, control=self._control,
         )
         await partitions.start()
         if config["metrics.http.port"] >= 0:
@@ -269,11 +278,27 @@ class Broker:
                     log.info("following the metadata log again")
                 failing = False
 
+    async def _controlled_shutdown(self) -> None:
+        """Move this broker's classic leaderships to other in-sync replicas and leave the ISRs
+        (``controlled.shutdown.enable``), so writers switch leader now rather than after the
+        session timeout. Best effort: with the store down the controller fences the broker later."""
+        if not self.config["controlled.shutdown.enable"] or self._control is None or self.ctx is None:
+            return
+        try:
+            moved = await self.run_blocking(self._control.shut_down, self.node_id)
+            if moved:
+                log.info("controlled shutdown: %d partition(s) changed leader or ISR", moved)
+                assert self._partitions is not None
+                await self._partitions.publish(await self.run_blocking(self.ctx.metadata.catch_up))
+        except Exception as exc:
+            log.warning("controlled shutdown failed (the controller fences this broker instead): %s", exc)
+
     async def stop(self) -> None:
         """Stop accepting, finish or fail every in-flight produce, then close everything."""
         log.info("Shoal broker %d shutting down", self.node_id)
         if self._server is not None:
             self._server.close()
+        await self._controlled_shutdown()
         if self._partitions is not None:
             # Diskless first: the active WAL segment is flushed and its upload and commit awaited,
             # so every request already accepted is answered with its real outcome.

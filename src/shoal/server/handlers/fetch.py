@@ -19,6 +19,15 @@ from shoal.server.handlers.leader_hints import LeaderHints
 _ZERO = datetime.timedelta(0)
 
 
+def replica_id_of(request: Any) -> int:
+    """The fetching follower's node id (``ReplicaId`` before v15, ``ReplicaState`` after), -1 for a
+    consumer."""
+    state = getattr(request, "replica_state", None)
+    if state is not None:
+        return int(state.replica_id)
+    return int(getattr(request, "replica_id", -1))
+
+
 async def handle_fetch(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     by_id = header.api_version >= 13
     keys: list[Any] = []  # the topic as the client named it, per partition
@@ -41,6 +50,7 @@ async def handle_fetch(ctx: ServerContext, header: RequestHeader, request: Any) 
         max_bytes=request.max_bytes,
         min_bytes=request.min_bytes,
         max_wait_s=request.max_wait.total_seconds(),
+        replica_id=replica_id_of(request),
     )
     outcomes = await ctx.partitions.read(reads, options)
     cls = response_class(header.api_key, header.api_version)

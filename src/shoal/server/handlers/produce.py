@@ -21,7 +21,10 @@ async def handle_produce(ctx: ServerContext, header: RequestHeader, request: Any
         for topic_data in request.topic_data
         for partition_data in topic_data.partition_data
     ]
-    options = ProduceOptions(request.acks, header.api_version, request.transactional_id, header.client_id)
+    options = ProduceOptions(
+        request.acks, header.api_version, request.transactional_id, header.client_id,
+        timeout_ms=int(request.timeout.total_seconds() * 1000),
+    )
     outcomes = iter(await ctx.partitions.append(requests, options))
     if request.acks == 0:
         return None

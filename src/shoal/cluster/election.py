@@ -1,0 +1,134 @@
+"""Leader election and ISR changes of classic partitions, decided on a metadata image.
+
+Kafka's rules (KRaft's PartitionChangeBuilder, before eligible leader replicas):
+
+- A broker that is fenced (stopped heartbeating), shutting down, or whose replica's log dir failed
+  leaves every ISR it is in, unless it is the last member: the ISR then keeps it, so the
+  partition remembers who has its data, and the partition is leaderless (leader -1) until that
+  replica comes back.
+- A leader is elected from the ISR, in the order of the replica list (the first is the
+  preferred leader), skipping replicas that cannot lead now.
+- Only with ``unclean.leader.election.enable`` may a replica outside the ISR be elected, when no
+  ISR member can lead; the ISR becomes that replica alone, and what it lacked is lost.
+
+These functions are pure: they return ``PartitionChangeRecord``s for the caller to append.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterator
+
+from shoal.metadata.image import MetadataImage, PartitionImage, TopicImage
+from shoal.metadata.records import PartitionChangeRecord
+
+NO_LEADER = -1
+
+
+def unclean_election_enabled(topic: TopicImage, broker_default: bool) -> bool:
+    """``unclean.leader.election.enable`` of the topic, else of the broker."""
+    value = topic.configs.get("unclean.leader.election.enable")
+    return broker_default if value is None else value == "true"
+
+
+def can_lead(image: MetadataImage, partition: PartitionImage, broker: int, leaving: Collection[int] = ()) -> bool:
+    """Whether ``broker``'s replica of the partition may lead now: its broker is alive (registered,
+    unfenced, not leaving) and its log dir did not fail."""
+    known = image.brokers.get(broker)
+    return (
+        known is not None
+        and not known.fenced
+        and broker not in leaving
+        and broker not in partition.offline_replicas
+    )
+
+
+def elect(
+    image: MetadataImage, partition: PartitionImage, isr: tuple[int, ...], *, unclean: bool,
+    leaving: Collection[int] = (),
+) -> tuple[int, tuple[int, ...]]:
+    """(leader, ISR) for ``partition`` given the ISR it should have: the first replica (in replica
+    order) of the ISR that can lead; else, when ``unclean``, the first replica that can lead, alone
+    in the ISR; else no leader, the ISR unchanged."""
+    for broker in partition.replicas:
+        if broker in isr and can_lead(image, partition, broker, leaving):
+            return broker, isr
+    if unclean:
+        for broker in partition.replicas:
+            if can_lead(image, partition, broker, leaving):
+                return broker, (broker,)
+    return NO_LEADER, isr
+
+
+def without(isr: tuple[int, ...], gone: Collection[int], leader: int = NO_LEADER) -> tuple[int, ...]:
+    """The ISR without ``gone``, but never empty: the last member stays, the leader when it was
+    one (it has every acknowledged record; see the module docstring)."""
+    kept = tuple(b for b in isr if b not in gone)
+    if kept or not isr:
+        return kept
+    return (leader,) if leader in isr else (isr[-1],)
+
+
+def classic_partitions(image: MetadataImage) -> Iterator[tuple[TopicImage, PartitionImage]]:
+    for topic in image.topics_by_name.values():
+        if not topic.is_diskless:
+            yield from ((topic, p) for p in topic.partitions.values())
+
+
+def change_for(
+    topic: TopicImage, partition: PartitionImage, leader: int, isr: tuple[int, ...], **extra: object
+) -> PartitionChangeRecord | None:
+    """The record that gives ``partition`` this leader and ISR (None when nothing changes)."""
+    if leader == partition.leader and isr == partition.isr and not extra:
+        return None
+    return PartitionChangeRecord(
+        topic.topic_id,
+        partition.partition,
+        isr=isr if isr != partition.isr else None,
+        leader=leader if leader != partition.leader else None,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def failover_changes(
+    image: MetadataImage, unclean_for: Callable[[TopicImage], bool], leaving: Collection[int] = ()
+) -> list[PartitionChangeRecord]:
+    """The ISR removals and elections the image calls for: brokers that are fenced or ``leaving``
+    (controlled shutdown) and replicas on failed log dirs leave ISRs; partitions whose leader cannot
+    lead, or that have none, get a leader when one is eligible."""
+    changes: list[PartitionChangeRecord] = []
+    for topic, p in classic_partitions(image):
+        gone = [b for b in p.isr if not can_lead(image, p, b, leaving)]
+        isr = without(p.isr, gone, p.leader)
+        leader = p.leader
+        if leader == NO_LEADER or not can_lead(image, p, leader, leaving) or leader not in isr:
+            leader, isr = elect(image, p, isr, unclean=unclean_for(topic), leaving=leaving)
+        change = change_for(topic, p, leader, isr)
+        if change is not None:
+            changes.append(change)
+    return changes
+
+
+def preferred_changes(
+    image: MetadataImage, partitions: Collection[tuple[str, int]] | None = None
+) -> tuple[list[PartitionChangeRecord], dict[tuple[str, int], str | None]]:
+    """Preferred leader election (ElectLeaders type 0, ``auto.leader.rebalance.enable``): move
+    leadership to the first replica where it is in the ISR and can lead. Returns the changes and,
+    per partition asked for, None or why it was not moved (Kafka's messages)."""
+    changes: list[PartitionChangeRecord] = []
+    outcome: dict[tuple[str, int], str | None] = {}
+    for topic, p in classic_partitions(image):
+        key = (topic.name, p.partition)
+        if partitions is not None and key not in partitions:
+            continue
+        preferred = p.replicas[0] if p.replicas else NO_LEADER
+        if p.leader == preferred:
+            outcome[key] = "ELECTION_NOT_NEEDED"
+            continue
+        if preferred not in p.isr or not can_lead(image, p, preferred):
+            outcome[key] = f"Failed to elect leader for partition {topic.name}-{p.partition} under strategy PreferredReplicaPartitionLeaderElectionStrategy"
+            continue
+        change = change_for(topic, p, preferred, p.isr)
+        assert change is not None
+        changes.append(change)
+        outcome[key] = None
+    return changes, outcome

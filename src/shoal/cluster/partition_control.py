@@ -1,0 +1,158 @@
+"""Changes of classic partitions' leadership and ISR that brokers ask for, decided on the
+metadata image and appended by compare-and-append (as every broker decides topic changes).
+
+- ``alter_isr``: a leader shrinks or expands its ISR (Kafka's AlterPartition): refused unless the
+  leader and partition epochs it saw are still current, so a deposed leader changes nothing.
+- ``shut_down``: controlled shutdown moves a broker's leaderships to other ISR replicas and
+  takes it out of ISRs before it stops.
+- ``replicas_offline``: a broker whose log dir failed reports the replicas on it (KIP-112): they
+  leave ISRs, their leaderships move, Metadata lists them as offline; ``replicas_online`` undoes
+  it once the dir is repaired.
+- ``elect_preferred``: ElectLeaders (preferred) and the automatic leader rebalance.
+
+Methods block (they read and append the metadata store): call them off the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Collection, Sequence
+from typing import TypeVar
+
+from shoal.cluster.election import can_lead, change_for, failover_changes, preferred_changes
+from shoal.metadata.image import MetadataImage, PartitionImage, TopicImage
+from shoal.metadata.log import MetadataConflictError, MetadataStore
+from shoal.metadata.records import MetadataRecord, PartitionChangeRecord
+from shoal.protocol.errors import ErrorCode, KafkaError
+
+log = logging.getLogger(__name__)
+
+CONFLICT_RETRIES = 20
+T = TypeVar("T")
+
+
+class PartitionControl:
+    def __init__(
+        self,
+        store: MetadataStore,
+        node_id: int,
+        catch_up: Callable[[], MetadataImage],
+        unclean_for: Callable[[TopicImage], bool],
+    ) -> None:
+        self._store = store
+        self._node_id = node_id
+        self._catch_up = catch_up
+        self._unclean_for = unclean_for
+
+    def _decide(self, decide: Callable[[MetadataImage], tuple[list[MetadataRecord], T]]) -> T:
+        """Run ``decide`` on the newest image and append what it returns right after that image,
+        again on a newer image when another broker appended first."""
+        for _ in range(CONFLICT_RETRIES):
+            image = self._catch_up()
+            records, answer = decide(image)
+            if not records:
+                return answer
+            try:
+                self._store.append(records, image.offset, self._node_id)
+            except MetadataConflictError:
+                continue
+            self._catch_up()
+            return answer
+        raise KafkaError(ErrorCode.request_timed_out, "the metadata log kept moving; try again")
+
+    # ------------------------------------------------------------------------------ ISR changes
+
+    def alter_isr(
+        self, topic_id: uuid.UUID, partition: int, leader_epoch: int, partition_epoch: int, isr: Sequence[int]
+    ) -> PartitionImage:
+        """The leader's new ISR (AlterPartition). Returns the partition as changed; KafkaError with
+        AlterPartition's codes when the leader is stale or the ISR not allowed."""
+
+        def decide(image: MetadataImage) -> tuple[list[MetadataRecord], PartitionImage]:
+            topic = image.topics_by_id.get(topic_id)
+            if topic is None:
+                raise KafkaError(ErrorCode.unknown_topic_id, f"topic id {topic_id} does not exist")
+            p = topic.partitions.get(partition)
+            if p is None:
+                raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{topic.name}-{partition} does not exist")
+            name = f"{topic.name}-{partition}"
+            if p.leader != self._node_id:
+                raise KafkaError(ErrorCode.not_leader_or_follower, f"node {self._node_id} no longer leads {name}")
+            if leader_epoch != p.leader_epoch:
+                raise KafkaError(
+                    ErrorCode.fenced_leader_epoch, f"leader epoch {leader_epoch} of {name} is not {p.leader_epoch}"
+                )
+            if partition_epoch != p.partition_epoch:
+                raise KafkaError(
+                    ErrorCode.invalid_update_version,
+                    f"partition epoch {partition_epoch} of {name} is not {p.partition_epoch}",
+                )
+            wanted = tuple(b for b in p.replicas if b in isr)
+            if self._node_id not in wanted or len(wanted) != len(set(isr)):
+                raise KafkaError(ErrorCode.invalid_request, f"ISR {list(isr)} of {name} is not a set of its replicas with the leader")
+            added = [b for b in wanted if b not in p.isr]
+            if any(not can_lead(image, p, b) for b in added):
+                raise KafkaError(ErrorCode.ineligible_replica, f"ISR {list(isr)} of {name} names a fenced or offline replica")
+            if wanted == p.isr:
+                return [], p
+            change = PartitionChangeRecord(topic_id, partition, isr=wanted)
+            return [change], p.changed(change)
+
+        return self._decide(decide)
+
+    # ------------------------------------------------------------------------ broker departures
+
+    def shut_down(self, node_id: int) -> int:
+        """Controlled shutdown: ``node_id`` leaves every ISR it is not the last member of, and its
+        leaderships move to the first eligible ISR replica. Returns how many partitions changed."""
+
+        def decide(image: MetadataImage) -> tuple[list[MetadataRecord], int]:
+            changes: list[MetadataRecord] = list(failover_changes(image, self._unclean_for, leaving=(node_id,)))
+            return changes, len(changes)
+
+        return self._decide(decide)
+
+    def replicas_offline(self, node_id: int, partitions: Collection[tuple[str, int]], offline: bool = True) -> int:
+        """A log dir of ``node_id`` failed (``offline``) or was repaired: its replicas of
+        ``partitions`` are marked offline (they leave ISRs, leaderships move) or online again."""
+
+        def decide(image: MetadataImage) -> tuple[list[MetadataRecord], int]:
+            changes: list[MetadataRecord] = []
+            for name, index in partitions:
+                topic = image.topic(name)
+                p = topic.partitions.get(index) if topic is not None else None
+                if topic is None or p is None or node_id not in p.replicas:
+                    continue
+                marked = node_id in p.offline_replicas
+                if marked == offline:
+                    continue
+                now = (
+                    tuple(sorted({*p.offline_replicas, node_id}))
+                    if offline
+                    else tuple(b for b in p.offline_replicas if b != node_id)
+                )
+                change = change_for(topic, p, p.leader, p.isr, offline_replicas=now)
+                assert change is not None
+                changes.append(change)
+            if not changes:
+                return [], 0
+            marked_image = image.apply((image.offset + 1 + i, c) for i, c in enumerate(changes))  # type: ignore[misc]
+            changes += failover_changes(marked_image, self._unclean_for)
+            return changes, len(changes)
+
+        return self._decide(decide)
+
+    # ------------------------------------------------------------------------ preferred leaders
+
+    def elect_preferred(
+        self, partitions: Collection[tuple[str, int]] | None = None
+    ) -> dict[tuple[str, int], str | None]:
+        """Preferred leader election of ``partitions`` (all when None): per partition, None when
+        elected, else Kafka's reason (``ELECTION_NOT_NEEDED`` or why the preferred one cannot lead)."""
+
+        def decide(image: MetadataImage) -> tuple[list[MetadataRecord], dict[tuple[str, int], str | None]]:
+            changes, outcome = preferred_changes(image, partitions)
+            return list(changes), outcome
+
+        return self._decide(decide)
