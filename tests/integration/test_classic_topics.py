@@ -154,9 +154,9 @@ def read_offset_checkpoint(path: Path) -> dict[tuple[str, int], int]:
 
 
 def wire_produce(
-    port: int, topic: str, partition: int, records: Sequence[tuple[bytes | None, bytes | None]]
+    port: int, topic: str, partition: int, records: Sequence[tuple[bytes | None, bytes | None]], acks: int = -1
 ) -> tuple[int, int]:
-    """One uncompressed batch in one Produce v9 (acks=all); returns (error code, base offset)."""
+    """One uncompressed batch in one Produce v9 (acks=all unless said); returns (error code, base offset)."""
     from kio.schema.produce.v9 import request as req
     from kio.schema.produce.v9 import response as resp
 
@@ -164,7 +164,7 @@ def wire_produce(
         answer = client.request(
             req.ProduceRequest(
                 transactional_id=None,
-                acks=i16(-1),
+                acks=i16(acks),
                 timeout=datetime.timedelta(seconds=30),
                 topic_data=(
                     req.TopicProduceData(

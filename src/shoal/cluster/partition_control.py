@@ -20,7 +20,15 @@ import uuid
 from collections.abc import Callable, Collection, Sequence
 from typing import TypeVar
 
-from shoal.cluster.election import can_lead, change_for, failover_changes, preferred_changes
+from shoal.cluster.election import (
+    NO_LEADER,
+    can_lead,
+    change_for,
+    classic_partitions,
+    elect,
+    failover_changes,
+    preferred_changes,
+)
 from shoal.metadata.image import MetadataImage, PartitionImage, TopicImage
 from shoal.metadata.log import MetadataConflictError, MetadataStore
 from shoal.metadata.records import MetadataRecord, PartitionChangeRecord
@@ -154,5 +162,34 @@ class PartitionControl:
         def decide(image: MetadataImage) -> tuple[list[MetadataRecord], dict[tuple[str, int], str | None]]:
             changes, outcome = preferred_changes(image, partitions)
             return list(changes), outcome
+
+        return self._decide(decide)
+
+    def elect_unclean(
+        self, partitions: Collection[tuple[str, int]] | None = None
+    ) -> dict[tuple[str, int], str | None]:
+        """Unclean leader election (ElectLeaders type 1) of leaderless ``partitions`` (all when
+        None): the first alive replica leads, alone in the ISR. Per partition, None when elected,
+        ``ELECTION_NOT_NEEDED`` when it has a leader, else why none could be elected."""
+
+        def decide(image: MetadataImage) -> tuple[list[MetadataRecord], dict[tuple[str, int], str | None]]:
+            changes: list[MetadataRecord] = []
+            outcome: dict[tuple[str, int], str | None] = {}
+            for topic, p in classic_partitions(image):
+                key = (topic.name, p.partition)
+                if partitions is not None and key not in partitions:
+                    continue
+                if p.leader != NO_LEADER:
+                    outcome[key] = "ELECTION_NOT_NEEDED"
+                    continue
+                leader, isr = elect(image, p, p.isr, unclean=True)
+                if leader == NO_LEADER:
+                    outcome[key] = f"Failed to elect leader for partition {topic.name}-{p.partition} under strategy UncleanPartitionLeaderElectionStrategy"
+                    continue
+                change = change_for(topic, p, leader, isr)
+                assert change is not None
+                changes.append(change)
+                outcome[key] = None
+            return changes, outcome
 
         return self._decide(decide)

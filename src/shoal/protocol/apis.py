@@ -62,6 +62,7 @@ class ApiKey:
     ALTER_CONFIGS = 33
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    ELECT_LEADERS = 43
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
@@ -98,6 +99,7 @@ SUPPORTED_APIS: dict[int, ApiSpec] = {
         ApiSpec(ApiKey.ALTER_CONFIGS, "AlterConfigs", 0, 2),
         ApiSpec(ApiKey.CREATE_PARTITIONS, "CreatePartitions", 0, 3),
         ApiSpec(ApiKey.DELETE_GROUPS, "DeleteGroups", 0, 2),
+        ApiSpec(ApiKey.ELECT_LEADERS, "ElectLeaders", 0, 2),
         ApiSpec(ApiKey.INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1),
         ApiSpec(ApiKey.OFFSET_DELETE, "OffsetDelete", 0, 0),
         ApiSpec(ApiKey.DESCRIBE_CLUSTER, "DescribeCluster", 0, 2),

@@ -28,6 +28,7 @@ from shoal.server.handlers.admin import (
 from shoal.server.handlers.api_versions import handle_api_versions, unsupported_version_response
 from shoal.server.handlers.coordinators import handle_find_coordinator, handle_init_producer_id
 from shoal.server.handlers.delete_records import handle_delete_records
+from shoal.server.handlers.elect_leaders import handle_elect_leaders
 from shoal.server.handlers.fetch import handle_fetch
 from shoal.server.handlers.groups import (
     handle_delete_groups,
@@ -81,6 +82,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.ALTER_CONFIGS: handle_alter_configs,
     ApiKey.CREATE_PARTITIONS: handle_create_partitions,
     ApiKey.DELETE_GROUPS: handle_delete_groups,
+    ApiKey.ELECT_LEADERS: handle_elect_leaders,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
     ApiKey.OFFSET_DELETE: handle_offset_delete,
     ApiKey.DESCRIBE_CLUSTER: handle_describe_cluster,
