@@ -57,8 +57,8 @@ _RECOMPRESSION_ONLY = (
     "it then."
 )
 _THROTTLE_ONLY = (
-    "Every classic partition has one replica in this Shoal version (diskless data is kept by object storage), so no replica fetches it and it is stored "
-    "and described without effect, as Kafka ignores it when nothing replicates."
+    "Replication throttles are not built yet: followers fetch at full speed, and it is stored and "
+    "described without effect."
 )
 _CLASSIC_ONLY = "Diskless topics have no local segments: there it is stored without effect."
 

@@ -31,6 +31,7 @@ from tests.support.chaos_clients import (
     wait_until,
 )
 from tests.support.cluster import Cluster
+from tests.support.metrics import metric
 
 NOT_ENOUGH_REPLICAS = 19
 #: Followers that stop fetching leave the ISR after this long (Kafka's default is 30 s).
@@ -160,12 +161,21 @@ def test_min_insync_replicas_and_isr_shrink_and_expand(cluster: Cluster) -> None
         )
         code, _ = wire_produce(leader_broker.port, topic, 0, [(b"k", b"refused")])
         assert code == NOT_ENOUGH_REPLICAS
+        m = cluster.scrape(leader)
+        assert metric(m, "kafka_server_replicamanager_underreplicatedpartitions") == 1
+        assert metric(m, "kafka_server_replicamanager_underminisrpartitioncount") == 1
+        assert metric(m, "kafka_server_replicamanager_leadercount") == 1
+        assert metric(m, "kafka_server_replicamanager_isrshrinks_total") >= 1
         assert wire_produce(leader_broker.port, topic, 0, [(b"k", b"acks-1")], acks=1) == (0, 1)
     finally:
         for b in followers:
             os.kill(b.proc.pid, signal.SIGCONT)  # type: ignore[union-attr]
     wait_until(lambda: isrs(cluster, topic, via=leader)[0][1] == [1, 2, 3], "the followers rejoining the ISR", 60)
     assert wire_produce(leader_broker.port, topic, 0, [(b"k", b"after")]) == (0, 2)
+    m = cluster.scrape(leader)
+    assert metric(m, "kafka_server_replicamanager_underreplicatedpartitions") == 0
+    assert metric(m, "kafka_server_replicamanager_isrexpands_total") >= 1
+    assert sum(metric(cluster.scrape(b.node_id), "kafka_server_replicamanager_partitioncount") for b in cluster.brokers) == 3
     values = [r.value for r in confluent_consume(cluster.bootstrap, topic, [0], 3, timeout=30)]
     assert values == [b"before", b"acks-1", b"after"]
     wait_until(

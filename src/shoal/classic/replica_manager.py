@@ -157,6 +157,31 @@ class ReplicaManager:
         except Exception as exc:
             log.warning("reporting offline replicas failed: %s", exc)
 
+    def replica_counts(self) -> dict[str, int]:
+        """Replication figures for the metrics (ReplicaManager's gauges, read at scrape time)."""
+        image = self._image()
+        counts = dict.fromkeys(
+            ("leaders", "partitions", "under_replicated", "under_min_isr", "at_min_isr", "offline"), 0
+        )
+        for topic in image.topics_by_name.values():
+            if topic.is_diskless:
+                continue
+            min_isr = int(topic.configs.get("min.insync.replicas", self.default_min_isr))
+            for p in topic.partitions.values():
+                if p.leader < 0:
+                    counts["offline"] += 1
+                if self._node_id in p.replicas:
+                    counts["partitions"] += 1
+                if p.leader != self._node_id:
+                    continue
+                counts["leaders"] += 1
+                counts["under_replicated"] += len(p.isr) < len(p.replicas)
+                counts["under_min_isr"] += len(p.isr) < min_isr
+                counts["at_min_isr"] += len(p.isr) == min_isr
+        counts["isr_shrinks"] = self.replication.isr_shrinks
+        counts["isr_expands"] = self.replication.isr_expands
+        return counts
+
     def is_offline_here(self, topic: str, partition: int) -> bool:
         """Whether this broker's replica of the partition sits on a failed log dir."""
         return (topic, partition) in self.logs.offline_partitions()
@@ -260,10 +285,15 @@ class ReplicaManager:
     def check_enough_replicas(self, topic: str, partition: int, min_isr: int) -> None:
         """Before an acks=all append: NOT_ENOUGH_REPLICAS when the ISR is below ``min.insync.replicas``."""
         state = self.replication.leader((topic, partition))
-        if len(state.isr) < min_isr:
+        isr = state.isr
+        latest = self._image().topic(topic)
+        p = latest.partitions.get(partition) if latest is not None else None
+        if p is not None and p.leader_epoch == state.leader_epoch:
+            isr = p.isr  # the image may be ahead of the leader state (the controller fenced a follower)
+        if len(isr) < min_isr:
             raise KafkaError(
                 ErrorCode.not_enough_replicas,
-                f"The size of the current ISR {list(state.isr)} is insufficient to satisfy the min.isr "
+                f"The size of the current ISR {list(isr)} is insufficient to satisfy the min.isr "
                 f"requirement of {min_isr} for partition {topic}-{partition}",
             )
 

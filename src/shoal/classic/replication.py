@@ -130,7 +130,7 @@ class Replication:
     def _lead(self, tp: TopicPartition, topic: TopicImage, log_: PartitionLog, p: PartitionImage) -> None:
         state = self.leaders.get(tp)
         if state is not None and state.leader_epoch == p.leader_epoch:
-            state.update(p, _now_ms())
+            self._update_leader(state, p)
             return
         self._stop_following(tp)
         if state is not None:
@@ -241,13 +241,20 @@ class Replication:
         finally:
             self._isr_changes.discard(tp)
         if self.leaders.get(tp) is state:
-            verb = "expanded" if expand else "shrunk"
-            if expand:
-                self.isr_expands += 1
-            else:
-                self.isr_shrinks += 1
-            log.info("%s-%d: ISR %s from %s to %s", tp[0], tp[1], verb, list(p.isr), list(changed.isr))
-            state.update(changed, _now_ms())
+            log.info("%s-%d: ISR %s from %s to %s", tp[0], tp[1], "expanded" if expand else "shrunk",
+                     list(p.isr), list(changed.isr))
+            self._update_leader(state, changed)
+
+    def _update_leader(self, state: LeaderState, p: PartitionImage) -> None:
+        """The partition changed under this leadership: count ISR shrinks and expansions, whether
+        this leader asked for them or the controller made them (a follower's broker was fenced)."""
+        if p.partition_epoch <= state.partition.partition_epoch:
+            return
+        if set(p.isr) < set(state.isr):
+            self.isr_shrinks += 1
+        elif set(p.isr) > set(state.isr):
+            self.isr_expands += 1
+        state.update(p, _now_ms())
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(coro)

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 from wsgiref.simple_server import WSGIServer
@@ -166,11 +166,65 @@ class _ControllerCollector(Collector):
         )
 
 
+class ReplicaView(Protocol):
+    """What the classic replica manager exposes about replication, read at scrape time."""
+
+    def replica_counts(self) -> Mapping[str, int]:
+        """``leaders``, ``partitions``, ``under_replicated``, ``under_min_isr``, ``at_min_isr``,
+        ``offline`` (partitions without a leader), ``isr_shrinks``, ``isr_expands``."""
+        ...
+
+
+class _ReplicaCollector(Collector):
+    """Kafka's ReplicaManager gauges and ISR meters (as counters), and the controller's
+    OfflinePartitionsCount (reported by the active controller only, as in Kafka)."""
+
+    _GAUGES = (
+        ("leaders", "leadercount", "LeaderCount: classic partitions this broker leads."),
+        ("partitions", "partitioncount", "PartitionCount: classic replicas on this broker."),
+        ("under_replicated", "underreplicatedpartitions",
+         "UnderReplicatedPartitions: partitions this broker leads whose ISR is smaller than their replicas."),
+        ("under_min_isr", "underminisrpartitioncount",
+         "UnderMinIsrPartitionCount: partitions this broker leads whose ISR is below min.insync.replicas."),
+        ("at_min_isr", "atminisrpartitioncount",
+         "AtMinIsrPartitionCount: partitions this broker leads whose ISR is exactly min.insync.replicas."),
+    )
+
+    def __init__(self, replicas: ReplicaView, cluster: ClusterView | None) -> None:
+        self._replicas = replicas
+        self._cluster = cluster
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        counts = self._replicas.replica_counts()
+        for key, name, doc in self._GAUGES:
+            yield GaugeMetricFamily(
+                f"kafka_server_replicamanager_{name}", f"kafka.server:type=ReplicaManager,name={doc}", value=counts[key]
+            )
+        yield CounterMetricFamily(
+            "kafka_server_replicamanager_isrshrinks",
+            "kafka.server:type=ReplicaManager,name=IsrShrinksPerSec: ISR shrinks of partitions this broker led.",
+            value=counts["isr_shrinks"],
+        )
+        yield CounterMetricFamily(
+            "kafka_server_replicamanager_isrexpands",
+            "kafka.server:type=ReplicaManager,name=IsrExpandsPerSec: ISR expansions of partitions this broker led.",
+            value=counts["isr_expands"],
+        )
+        active = self._cluster is None or self._cluster.is_controller()
+        yield GaugeMetricFamily(
+            "kafka_controller_kafkacontroller_offlinepartitionscount",
+            "kafka.controller:type=KafkaController,name=OfflinePartitionsCount: classic partitions without a "
+            "leader (on the active controller; 0 elsewhere).",
+            value=counts["offline"] if active else 0,
+        )
+
+
 class BrokerMetrics:
     """One broker's metrics; the methods are the calls the broker makes where things happen."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self._cluster: ClusterView | None = None
         r = self.registry
         # Requests (kafka.network:type=RequestMetrics)
         self._requests = Counter(
@@ -328,7 +382,12 @@ class BrokerMetrics:
 
     def track_cluster(self, cluster: ClusterView) -> None:
         """Export ActiveControllerCount, ActiveBrokerCount and FencedBrokerCount (read at scrape time)."""
+        self._cluster = cluster
         self.registry.register(_ControllerCollector(cluster))
+
+    def track_replicas(self, replicas: ReplicaView) -> None:
+        """Export the replication gauges and ISR counters (read at scrape time)."""
+        self.registry.register(_ReplicaCollector(replicas, self._cluster))
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -52,6 +52,7 @@ def build_partitions(
         config, node_id, cluster_id, run_blocking, image, on_halt, control=control, wake=wake_follower_reads
     )
     metrics.track_log_dirs(replicas.logs)
+    metrics.track_replicas(replicas)
     classic = ClassicPartitions(replicas, notifier.committed)
 
     cache = RangeCache(config["diskless.fetch.cache.max.bytes"])

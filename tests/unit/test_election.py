@@ -1,0 +1,85 @@
+"""Leader election and ISR rules of classic partitions (``shoal.cluster.election``), on images."""
+
+from __future__ import annotations
+
+import uuid
+
+from shoal.cluster.election import failover_changes, preferred_changes
+from shoal.metadata.image import MetadataImage
+from shoal.metadata.records import (
+    FenceBrokerRecord,
+    MetadataRecord,
+    PartitionChangeRecord,
+    PartitionRecord,
+    RegisterBrokerRecord,
+    TopicRecord,
+)
+
+TOPIC_ID = uuid.uuid4()
+
+
+def image_with(replicas: tuple[int, ...], isr: tuple[int, ...], leader: int, fenced: tuple[int, ...] = ()) -> MetadataImage:
+    records: list[MetadataRecord] = [
+        RegisterBrokerRecord(b, "h", 9000 + b, None, fenced=b in fenced) for b in (1, 2, 3)
+    ]
+    records += [TopicRecord("t", TOPIC_ID), PartitionRecord(TOPIC_ID, 0, replicas, isr, leader)]
+    return MetadataImage().apply(enumerate(records))
+
+
+def apply(image: MetadataImage, changes: list[PartitionChangeRecord]) -> MetadataImage:
+    return image.apply((image.offset + 1 + i, c) for i, c in enumerate(changes))
+
+
+def partition(image: MetadataImage):  # noqa: ANN201
+    return image.topic("t").partitions[0]  # type: ignore[union-attr]
+
+
+def test_a_fenced_leader_is_replaced_by_the_first_alive_isr_replica_and_leaves_the_isr() -> None:
+    image = image_with((1, 2, 3), (1, 2, 3), 1)
+    image = apply(image, [])
+    fenced = image.apply([(image.offset + 1, FenceBrokerRecord(1))])
+    after = apply(fenced, failover_changes(fenced, lambda t: False))
+    p = partition(after)
+    assert (p.leader, p.isr, p.leader_epoch, p.partition_epoch) == (2, (2, 3), 1, 1)
+
+
+def test_the_last_isr_member_stays_and_the_partition_is_leaderless_until_it_returns() -> None:
+    image = image_with((1, 2), (1,), 1, fenced=(1,))
+    after = apply(image, failover_changes(image, lambda t: False))
+    assert (partition(after).leader, partition(after).isr) == (-1, (1,))
+    # broker 2 is alive but out of sync: only an unclean election may pick it
+    unclean = apply(after, failover_changes(after, lambda t: True))
+    assert (partition(unclean).leader, partition(unclean).isr) == (2, (2,))
+
+
+def test_a_follower_fenced_leaves_the_isr_without_a_new_leader_epoch() -> None:
+    image = image_with((1, 2, 3), (1, 2, 3), 1, fenced=(3,))
+    after = apply(image, failover_changes(image, lambda t: False))
+    p = partition(after)
+    assert (p.leader, p.isr, p.leader_epoch) == (1, (1, 2), 0)
+    assert failover_changes(after, lambda t: False) == []  # nothing more to do
+
+
+def test_leaving_broker_hands_leadership_over_controlled_shutdown() -> None:
+    image = image_with((1, 2, 3), (1, 2, 3), 1)
+    after = apply(image, failover_changes(image, lambda t: False, leaving=(1,)))
+    assert (partition(after).leader, partition(after).isr) == (2, (2, 3))
+
+
+def test_offline_replica_cannot_lead() -> None:
+    image = image_with((1, 2, 3), (1, 2, 3), 1)
+    marked = apply(image, [PartitionChangeRecord(TOPIC_ID, 0, offline_replicas=(1,))])
+    after = apply(marked, failover_changes(marked, lambda t: False))
+    assert (partition(after).leader, partition(after).isr, partition(after).offline_replicas) == (2, (2, 3), (1,))
+
+
+def test_preferred_election_moves_leadership_back_only_when_the_preferred_replica_is_in_sync() -> None:
+    image = image_with((1, 2, 3), (2, 3), 2)
+    changes, outcome = preferred_changes(image)
+    assert changes == [] and "Failed to elect" in (outcome[("t", 0)] or "")
+    image = apply(image, [PartitionChangeRecord(TOPIC_ID, 0, isr=(1, 2, 3))])
+    changes, outcome = preferred_changes(image)
+    assert outcome == {("t", 0): None}
+    after = apply(image, changes)
+    assert partition(after).leader == 1
+    assert preferred_changes(after)[1] == {("t", 0): "ELECTION_NOT_NEEDED"}
