@@ -160,10 +160,13 @@ class ReplicaFetcher:
             if not asking:
                 return
             answers = await self._offsets_for_epochs(asking)
+            partitions = dict(partitions)
             for tp, (f, asked) in asking.items():
                 error, leader_epoch, end_offset = answers.get(tp, (ErrorCode.unknown_server_error, -1, -1))
                 if error != ErrorCode.none:
+                    # The leader has not taken up the leadership yet (its metadata lags), or lost it.
                     self._pause(tp, f"OffsetForLeaderEpoch answered {error.name}")
+                    partitions.pop(tp, None)
                     continue
                 if end_offset == _UNDEFINED:
                     await self._truncate_to(tp, f, f.log.high_watermark)

@@ -124,7 +124,7 @@ class Broker:
         if self._duties is not None:
             self._duties.start()
         controller = Controller(store, config, metadata.catch_up)
-        self._control = PartitionControl(
+        self._control = partition_control = PartitionControl(
             store, self.node_id, metadata.catch_up,
             functools.partial(unclean_election_enabled, broker_default=config["unclean.leader.election.enable"]),
         )
@@ -167,6 +167,7 @@ class Broker:
             controller_lock=asyncio.Lock(),
             groups=groups,
             metrics=metrics,
+            partition_control=partition_control,
         )
         ctx.producer_ids = ProducerIdManager(lambda: ctx.control(controller.allocate_producer_ids))
         self.ctx = ctx

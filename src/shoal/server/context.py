@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from shoal.cluster.partition_control import PartitionControl
 from shoal.config import Config
 from shoal.groups.coordinator import GroupCoordinator
 from shoal.metadata.cache import MetadataCache
@@ -44,6 +45,8 @@ class ServerContext:
     controller_lock: asyncio.Lock
     groups: GroupCoordinator
     metrics: BrokerMetrics
+    #: Classic leadership and ISR changes (ElectLeaders).
+    partition_control: PartitionControl
 
     @property
     def image(self) -> MetadataImage:

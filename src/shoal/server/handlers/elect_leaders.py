@@ -86,31 +86,9 @@ async def _elect(
     failed = (
         ErrorCode.eligible_leaders_not_available if election_type == UNCLEAN else ErrorCode.preferred_leader_not_available
     )
+    wanted = None if listed is None else frozenset((name, p) for name, partitions in listed for p in partitions)
+    decided = await ctx.control(elect, wanted)
     outcomes: dict[str, dict[int, Outcome]] = {}
-    if listed is None:
-        decided = await ctx.control(elect, None)
-    else:
-        image = ctx.image
-        wanted: set[tuple[str, int]] = set()
-        for name, partitions in listed:
-            topic = image.topic(name)
-            answers = outcomes.setdefault(name, {})
-            for p in partitions:
-                if topic is None:
-                    answers[p] = (ErrorCode.unknown_topic_or_partition, f"No such topic as {name}")
-                elif p not in topic.partitions:
-                    answers[p] = (ErrorCode.unknown_topic_or_partition, f"No such partition as {name}-{p}")
-                elif topic.is_diskless:
-                    answers[p] = (
-                        ErrorCode.invalid_request,
-                        f"Topic {name} is diskless: any broker serves its partitions, it has no leader to elect",
-                    )
-                else:
-                    wanted.add((name, p))
-        decided = await ctx.control(elect, wanted) if wanted else {}
-        for name, p in wanted:
-            # Gone between this image and the one the election was decided on (deleted meanwhile).
-            outcomes[name][p] = (ErrorCode.unknown_topic_or_partition, f"No such partition as {name}-{p}")
     for (name, p), reason in decided.items():
         if reason is None:
             outcome: Outcome = (ErrorCode.none, None)
@@ -119,8 +97,26 @@ async def _elect(
         else:
             outcome = (failed, reason)
         outcomes.setdefault(name, {})[p] = outcome
+    # The partitions the election did not consider are unknown or diskless: told apart on the image
+    # ``ctx.control`` caught up with, at least as new as the one the election was decided on.
+    image = ctx.image
+    for name, partitions in listed or ():
+        topic = image.topic(name)
+        answers = outcomes.setdefault(name, {})
+        for p in partitions:
+            if p in answers:
+                continue
+            if topic is None:
+                answers[p] = (ErrorCode.unknown_topic_or_partition, f"No such topic as {name}")
+            elif topic.is_diskless and p in topic.partitions:
+                answers[p] = (
+                    ErrorCode.invalid_request,
+                    f"Topic {name} is diskless: any broker serves its partitions, it has no leader to elect",
+                )
+            else:  # also a partition made after the election was decided
+                answers[p] = (ErrorCode.unknown_topic_or_partition, f"No such partition as {name}-{p}")
     if listed is None:  # every classic topic is listed, even one whose elections were all not needed
-        for topic in ctx.image.topics_by_name.values():
+        for topic in image.topics_by_name.values():
             if not topic.is_diskless:
                 outcomes.setdefault(topic.name, {})
     return outcomes
