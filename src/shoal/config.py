@@ -213,6 +213,20 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             "out of ISRs) before it stops, so producers with acks=all do not wait for its session to time out.",
         ),
         ConfigDef(
+            "auto.leader.rebalance.enable",
+            ConfigType.BOOLEAN,
+            True,
+            "The active controller moves classic leaderships back to their preferred replicas (the first "
+            "of each replica list) when those are in the ISR, every `leader.imbalance.check.interval.seconds`.",
+        ),
+        ConfigDef(
+            "leader.imbalance.check.interval.seconds",
+            ConfigType.LONG,
+            300,
+            "How often the active controller checks for classic partitions not led by their preferred replica.",
+            at_least(1),
+        ),
+        ConfigDef(
             "auto.create.topics.enable",
             ConfigType.BOOLEAN,
             True,

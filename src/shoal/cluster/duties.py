@@ -4,7 +4,8 @@ cluster's periodic duties.
 Each round (every ``broker.heartbeat.interval.ms``, at most 500 ms apart) a controller-role
 broker that does not hold the lease tries to take it (it is free once its holder has not renewed it for ``broker.session.timeout.ms``); the
 holder renews it and writes the fencing the broker registry calls for (``fencing``) and the
-leader elections that fencing calls for (``election``). Work that
+leader elections that fencing calls for (``election``), and, with ``auto.leader.rebalance.enable``,
+moves leaderships back to preferred replicas every ``leader.imbalance.check.interval.seconds``. Work that
 must run once per cluster (diskless retention, the object cleaner, group offset expiry) asks
 ``active`` before each round. Topic and config changes do not need the lease: every broker
 decides them by compare-and-append (``shoal.metadata.controller``).
@@ -15,10 +16,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from shoal.cluster.election import failover_changes, unclean_election_enabled
+from shoal.cluster.election import failover_changes, preferred_changes, unclean_election_enabled
 from shoal.cluster.fencing import fencing_changes
 from shoal.metadata.image import MetadataImage, TopicImage
 from shoal.metadata.log import MetadataConflictError, MetadataStore
@@ -43,6 +45,8 @@ class ControllerDuties:
         heartbeat_interval_ms: int,
         session_timeout_ms: int,
         unclean_leader_election: bool = False,
+        leader_rebalance_interval_ms: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
         self._run_blocking = run_blocking
@@ -52,6 +56,10 @@ class ControllerDuties:
         self._interval = min(heartbeat_interval_ms, MAX_ROUND_MS) / 1000
         self._session_timeout_ms = session_timeout_ms
         self._unclean = unclean_leader_election
+        #: ``auto.leader.rebalance.enable``: preferred leaders come back every this often (None: off).
+        self._rebalance_s = None if leader_rebalance_interval_ms is None else leader_rebalance_interval_ms / 1000
+        self._clock = clock
+        self._next_rebalance = clock() + (self._rebalance_s or 0)
         self._epoch: int | None = None
         self._task: asyncio.Task[None] | None = None
 
@@ -84,6 +92,11 @@ class ControllerDuties:
         # partitions get new leaders, leaderless ones get one when an ISR replica is back.
         fenced = image.apply((image.offset + 1 + i, c) for i, c in enumerate(changes)) if changes else image
         changes += failover_changes(fenced, self.unclean_for)
+        if not changes and self._rebalance_s is not None and self._clock() >= self._next_rebalance:
+            # KRaft's automatic preferred leader election: every imbalanced partition whose
+            # preferred replica is in sync and alive gets it back as leader.
+            self._next_rebalance = self._clock() + self._rebalance_s
+            changes += preferred_changes(image)[0]
         if not changes:
             return
         try:

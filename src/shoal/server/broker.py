@@ -119,6 +119,10 @@ class Broker:
                 store, self.run_blocking, metadata.catch_up, self.node_id,
                 heartbeat_interval_ms=heartbeat_ms, session_timeout_ms=session_ms,
                 unclean_leader_election=config["unclean.leader.election.enable"],
+                leader_rebalance_interval_ms=(
+                    config["leader.imbalance.check.interval.seconds"] * 1000
+                    if config["auto.leader.rebalance.enable"] else None
+                ),
             )
         await self._wait_until_unfenced()
         if self._duties is not None:
