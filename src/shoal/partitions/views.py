@@ -28,18 +28,20 @@ def partition_fields(
     node_id: int,
 ) -> dict[str, Any]:
     """One partition as Metadata and DescribeTopicPartitions show it. A classic replica on a failed
-    log dir of this broker is listed in ``offline_replicas`` and leaves the ISR (KIP-112); a classic
+    log dir (of this broker, or reported by its broker to the metadata) is listed in
+    ``offline_replicas`` and leaves the ISR (KIP-112); a classic
     partition whose leader is fenced has no leader (LEADER_NOT_AVAILABLE). A diskless partition's
     leader is an alive broker, in the client's rack when there is one (KIP-1163)."""
     offline_here = (topic.name, partition.partition) in offline
+    offline_replicas = tuple(sorted({*partition.offline_replicas, *((node_id,) if offline_here else ())}))
     view: dict[str, Any] = {
         "error_code": ErrorCode.none,
         "partition_index": partition.partition,
         "leader_id": partition.leader,
         "leader_epoch": partition.leader_epoch,
         "replica_nodes": partition.replicas,
-        "isr_nodes": tuple(b for b in partition.isr if not (offline_here and b == node_id)),
-        "offline_replicas": (node_id,) if offline_here else (),
+        "isr_nodes": tuple(b for b in partition.isr if b not in offline_replicas),
+        "offline_replicas": offline_replicas,
         "preferred_produce_brokers": (),
         "eligible_leader_replicas": (),
         "last_known_elr": (),

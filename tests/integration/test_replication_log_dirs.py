@@ -1,0 +1,101 @@
+"""Kafka's LogDirFailureTest on a Shoal cluster: three brokers with two log dirs each, one of
+broker 1's on a disk that starts answering EIO (tests/support/failfs.py) under load. Broker 1
+stays up, its replicas on the dead disk are reported offline (Metadata's OfflineReplicas on every
+broker, out of the ISR), their leaderships move to other in-sync replicas, every acknowledged
+record is consumed, and the partitions keep taking writes with acks=all and min.insync.replicas=2.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import _test_failed
+from tests.integration.test_classic_topics import wire_offline_replicas
+from tests.support.broker import admin_client, confluent_consume
+from tests.support.chaos_clients import Acks, run_confluent, wait_until
+from tests.support.cluster import Cluster
+from tests.support.failfs import FailingDisk
+
+TOPIC = "jbod-replicated"
+PARTITIONS = 6
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, failing_disk: FailingDisk, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    c = Cluster(tmp_path / "cluster", 3, overrides={"replica.lag.time.max.ms": 3000})
+    for b in c.brokers:
+        dirs = [b.data_dir / "disk-a", b.data_dir / "disk-b"]
+        if b.node_id == 1:
+            dirs[1] = failing_disk.mount_point
+        b.overrides["log.dirs"] = ",".join(str(d) for d in dirs)
+    failing_disk.before_unmount.append(c.close)
+    c.start()
+    yield c
+    if _test_failed(request):
+        print(c.log_tails())
+    c.close()
+
+
+def replicas_on(log_dir: Path) -> set[int]:
+    return {int(d.name.rsplit("-", 1)[1]) for d in log_dir.glob(f"{TOPIC}-*") if d.is_dir()}
+
+
+@pytest.mark.timeout(300)
+def test_a_failed_log_dir_moves_leaders_and_loses_no_acknowledged_record(
+    cluster: Cluster, failing_disk: FailingDisk
+) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    admin = admin_client(cluster.bootstrap)
+    admin.create_topics(
+        [NewTopic(TOPIC, PARTITIONS, 3, config={"min.insync.replicas": "2"})], operation_timeout=30
+    )[TOPIC].result(30)
+    md = cluster.wait_for(
+        lambda md: TOPIC in md.topics and all(len(p.isrs) == 3 for p in md.topics[TOPIC].partitions.values()),
+        "every replica in sync",
+    )
+    doomed = replicas_on(failing_disk.mount_point)
+    assert doomed and len(doomed) < PARTITIONS, f"broker 1's replicas not spread over its dirs: {doomed}"
+    led_by_1 = {p for p, part in md.topics[TOPIC].partitions.items() if part.leader == 1}
+
+    acks, stop = Acks("confluent"), threading.Event()
+    producer = threading.Thread(target=run_confluent, args=(cluster.bootstrap, acks, stop, TOPIC), daemon=True)
+    producer.start()
+    try:
+        wait_until(lambda: len(acks.acked) > 2000, "records acknowledged before the failure", 60)
+        failing_disk.fail()
+        # Broker 1 learns of the failure at its next I/O there (the replicated writes).
+        for b in cluster.brokers:
+            wait_until(
+                lambda b=b: wire_offline_replicas(b.port, TOPIC) == dict.fromkeys(doomed, (1,)),
+                f"broker {b.node_id} listing broker 1's replicas on the dead disk as offline", 60,
+            )
+        md = cluster.wait_for(
+            lambda md: all(
+                (p.leader != 1 and 1 not in p.isrs) if p.id in doomed else len(p.isrs) == 3
+                for p in md.topics[TOPIC].partitions.values()
+            ),
+            "leaderships moved off the dead disk, its replicas out of the ISR",
+        )
+        at_failure = len(acks.acked)
+        wait_until(lambda: len(acks.acked) > at_failure + 3000, "writes going on after the failure", 90)
+        assert cluster.broker(1).is_running(), "broker 1 stopped when one of its two log dirs failed"
+    finally:
+        stop.set()
+        producer.join(150)
+    assert not producer.is_alive()
+    assert not acks.failed, acks.failed[:5]
+    received = confluent_consume(cluster.bootstrap, TOPIC, range(PARTITIONS), len(acks.acked), timeout=120)
+    in_topic = Counter(r.value for r in received)
+    lost = [v for v in acks.acked if v not in in_topic]
+    doubled = [v for v, n in in_topic.items() if n > 1]
+    print(
+        f"dead disk held {sorted(doomed)} (broker 1 led {sorted(led_by_1)}); acknowledged {len(acks.acked)}, "
+        f"lost {len(lost)}, duplicated {len(doubled)}"
+    )
+    assert not lost and not doubled
