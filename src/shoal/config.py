@@ -45,6 +45,9 @@ def _connection_overrides(name: str, value: str) -> None:
 
 MiB = 1024 * 1024
 
+#: The one ``replica.selector.class`` (KIP-392): consumers read from an in-sync replica in their rack.
+RACK_AWARE_REPLICA_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+
 BROKER_CONFIGS: dict[str, ConfigDef] = {
     d.name: d
     for d in [
@@ -225,6 +228,16 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             300,
             "How often the active controller checks for classic partitions not led by their preferred replica.",
             at_least(1),
+        ),
+        ConfigDef(
+            "replica.selector.class",
+            ConfigType.STRING,
+            None,
+            "KIP-392 follower fetching: with `org.apache.kafka.common.replica.RackAwareReplicaSelector`, "
+            "a consumer that sends its `client.rack` is told (PreferredReadReplica) to read a classic "
+            "partition from an in-sync replica in its rack, and followers serve consumers' fetches. "
+            "Unset: consumers read from leaders.",
+            one_of(RACK_AWARE_REPLICA_SELECTOR),
         ),
         ConfigDef(
             "auto.create.topics.enable",

@@ -259,3 +259,44 @@ def test_jepsen_queue_under_sigkill_sigstop_and_restarts(cluster: Cluster) -> No
     for p in range(partitions):
         offsets = sorted(r.offset for r in received if r.partition == p)
         assert offsets == list(range(len(offsets))), f"partition {p} has gaps"
+
+
+@pytest.mark.timeout(180)
+def test_follower_fetching_sends_a_consumer_to_a_replica_in_its_rack(tmp_path: Path) -> None:
+    """KIP-392: with the rack-aware replica selector, a consumer with ``client.rack`` r3 reading
+    partitions led elsewhere is sent (PreferredReadReplica) to broker 3, its rack's in-sync replica,
+    and reads every record from it."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    selector = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+    c = Cluster(tmp_path / "racks", 3, racks=("r1", "r2", "r3"), overrides={"replica.selector.class": selector})
+    c.start()
+    try:
+        create_replicated_topic(c, "near", 3)
+        leaders = {p: leader for p, (leader, _) in isrs(c, "near").items()}
+        far = [p for p, leader in leaders.items() if leader != 3]
+        producer = Producer({"bootstrap.servers": c.bootstrap, "acks": "all", "enable.idempotence": True})
+        for i in range(600):
+            producer.produce("near", value=f"near-{i}".encode(), partition=i % 3)
+        assert producer.flush(30) == 0
+        consumer = Consumer({
+            "bootstrap.servers": c.bootstrap, "group.id": "near-readers", "client.rack": "r3",
+            "enable.auto.commit": False,
+        })
+        consumer.assign([TopicPartition("near", p, 0) for p in far])
+        values: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(values) < 200 * len(far) and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is not None and not m.error():
+                values.append(m.value())
+        consumer.close()
+        assert sorted(values) == sorted(f"near-{i}".encode() for i in range(600) if i % 3 in far)
+        _, bytes_out = c.topic_bytes(3, "near")
+        assert bytes_out > 0, "broker 3 (the consumer's rack) served none of the reads"
+        assert all(c.topic_bytes(leaders[p], "near")[1] == 0 for p in far), "a leader in another rack served reads"
+    except BaseException:
+        print(c.log_tails())
+        raise
+    finally:
+        c.close()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 
-from shoal.metadata.image import MetadataImage
+from shoal.metadata.image import MetadataImage, PartitionImage
 
 _INT_MIN = -(2**31)
 
@@ -83,3 +83,20 @@ def preferred_brokers(image: MetadataImage, partition: int, rack: str | None) ->
         return []
     start = partition % len(candidates)
     return candidates[start:] + candidates[:start]
+
+
+def preferred_read_replica(image: MetadataImage, partition: PartitionImage, client_rack: str) -> int | None:
+    """KIP-392's RackAwareReplicaSelector: the replica a consumer in ``client_rack`` should read a
+    classic partition from, when it is not the leader: an alive in-sync replica in that rack
+    (the first in replica order). None when the leader is in the rack or no such replica exists."""
+    leader = image.brokers.get(partition.leader)
+    if not client_rack or leader is None or leader.rack == client_rack:
+        return None
+    for b in partition.replicas:
+        broker = image.brokers.get(b)
+        if (
+            b in partition.isr and b != partition.leader and b not in partition.offline_replicas
+            and broker is not None and not broker.fenced and broker.rack == client_rack
+        ):
+            return b
+    return None

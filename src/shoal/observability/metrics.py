@@ -19,6 +19,7 @@ kafka_network_requestmetrics_totaltime_seconds (request)   kafka.network:type=Re
 kafka_server_brokertopicmetrics_bytesin_total (topic)      kafka.server:type=BrokerTopicMetrics,name=BytesInPerSec,
                                                            topic=<t>
 kafka_server_brokertopicmetrics_bytesout_total (topic)     ...name=BytesOutPerSec,topic=<t>
+kafka_server_brokertopicmetrics_replicationbytesout_total  ...name=ReplicationBytesOutPerSec
 kafka_server_brokertopicmetrics_messagesin_total (topic)   ...name=MessagesInPerSec,topic=<t>
 kafka_diskless_object_uploads_total                        KIP-1163 1.1 object upload count and rate
 kafka_diskless_object_size_bytes                           1.2 object size average and percentiles (histogram)
@@ -246,6 +247,10 @@ class BrokerMetrics:
             "kafka_server_brokertopicmetrics_bytesout", "Record batch bytes sent to consumers, by topic.", ["topic"],
             registry=r,
         )
+        self._replication_bytes_out = Counter(
+            "kafka_server_brokertopicmetrics_replicationbytesout",
+            "ReplicationBytesOutPerSec: record batch bytes sent to follower brokers.", registry=r,
+        )
         # Object uploads (KIP-1163 Monitoring 1)
         self._uploads = Counter("kafka_diskless_object_uploads", "WAL segment objects uploaded.", registry=r)
         self._upload_bytes = Counter(
@@ -318,9 +323,13 @@ class BrokerMetrics:
         self._bytes_in.labels(topic).inc(size)
         self._messages_in.labels(topic).inc(records)
 
-    def bytes_out(self, topic: str, size: int) -> None:
-        """Record bytes of ``topic`` put into a Fetch response."""
-        self._bytes_out.labels(topic).inc(size)
+    def bytes_out(self, topic: str, size: int, *, to_follower: bool = False) -> None:
+        """Record bytes of ``topic`` put into a Fetch response (a consumer's, or a follower's:
+        Kafka counts those apart, as ReplicationBytesOutPerSec)."""
+        if to_follower:
+            self._replication_bytes_out.inc(size)
+        else:
+            self._bytes_out.labels(topic).inc(size)
 
     def forget_topic(self, topic: str) -> None:
         """Drop a deleted topic's series, so deleted topics do not pile up in every scrape."""

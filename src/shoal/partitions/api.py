@@ -105,6 +105,8 @@ class ReadOutcome:
     last_stable_offset: int = -1
     log_start_offset: int = -1
     records: bytes = b""
+    #: KIP-392: the replica the consumer should read this partition from instead (-1: here).
+    preferred_read_replica: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +177,10 @@ class FetchOptions:
     max_wait_s: float
     #: A follower broker's node id (its fetch reads up to the log end), -1 for consumers.
     replica_id: int = -1
+    #: The consumer's ``client.rack`` (Fetch v11+, KIP-392), None when it sent none.
+    client_rack: str | None = None
+    #: Whether a follower may answer this consumer (Fetch v11+; older consumers read from leaders).
+    follower_reads: bool = False
 
 
 class PartitionKind(Protocol):

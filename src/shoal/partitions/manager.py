@@ -15,6 +15,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from shoal.cluster.placement import preferred_read_replica
 from shoal.config import Config
 from shoal.metadata.image import MetadataImage, TopicImage
 from shoal.observability.metrics import BrokerMetrics
@@ -317,11 +318,18 @@ class Partitions:
                 try:
                     self.check_serving(ref)
                 except KafkaError as exc:
-                    slots.append(ReadOutcome(exc.code))
-                    continue
+                    if not (options.follower_reads and options.replica_id < 0 and self._follows(ref)):
+                        slots.append(ReadOutcome(exc.code))
+                        continue
                 fenced = check_leader_epoch(ref, r.current_leader_epoch)
                 if fenced is not None:
                     slots.append(ReadOutcome(fenced.code))
+                    continue
+                elsewhere = self._read_replica_elsewhere(image, ref, options)
+                if elsewhere is not None:
+                    state = (await self._classic.describe([ref]))[0]
+                    slots.append(ReadOutcome(ErrorCode.none, state.high_watermark, state.high_watermark,
+                                             state.log_start_offset, preferred_read_replica=elsewhere))
                     continue
                 slots.append(KindRead(ref, r.fetch_offset, r.max_bytes, options.replica_id))
         reads = [s for s in slots if isinstance(s, KindRead)]
@@ -343,9 +351,32 @@ class Partitions:
             await self._notifier.wait(keys, min(remaining, REMOTE_COMMIT_POLL_S), version)
         for r, o in zip(reads, outcomes, strict=True):
             if o.records:
-                self._metrics.bytes_out(r.partition.name, len(o.records))
+                self._metrics.bytes_out(r.partition.name, len(o.records), to_follower=options.replica_id >= 0)
         answers = iter(outcomes)
         return [next(answers) if isinstance(s, KindRead) else s for s in slots]
+
+    def _follows(self, ref: PartitionRef) -> bool:
+        """Whether this broker holds a follower replica of the classic partition that may answer a
+        consumer (KIP-392): consumers of Fetch v11+ may read from followers, below their high watermark."""
+        p = ref.topic.partitions[ref.partition]
+        return (
+            not ref.topic.is_diskless
+            and self._node_id in p.replicas
+            and not self._classic.is_offline_here(ref.name, ref.partition)
+        )
+
+    def _read_replica_elsewhere(self, image: MetadataImage, ref: PartitionRef, options: FetchOptions) -> int | None:
+        """With ``replica.selector.class`` set, the leader sends a consumer in another rack to an
+        in-sync replica in its own (KIP-392's PreferredReadReplica), with no records."""
+        if (
+            self._config["replica.selector.class"] is None or options.replica_id >= 0 or not options.client_rack
+            or ref.topic.is_diskless
+        ):
+            return None
+        p = ref.topic.partitions[ref.partition]
+        if p.leader != self._node_id:
+            return None
+        return preferred_read_replica(image, p, options.client_rack)
 
     async def _read_once(self, reads: list[KindRead], max_bytes: int) -> list[ReadOutcome]:
         """One pass over the kinds, diskless first (its reads are batched in one coordinator

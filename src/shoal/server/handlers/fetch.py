@@ -51,6 +51,8 @@ async def handle_fetch(ctx: ServerContext, header: RequestHeader, request: Any) 
         min_bytes=request.min_bytes,
         max_wait_s=request.max_wait.total_seconds(),
         replica_id=replica_id_of(request),
+        client_rack=getattr(request, "rack_id", None) or None,
+        follower_reads=header.api_version >= 11,
     )
     outcomes = await ctx.partitions.read(reads, options)
     cls = response_class(header.api_key, header.api_version)
@@ -73,7 +75,7 @@ async def handle_fetch(ctx: ServerContext, header: RequestHeader, request: Any) 
                 last_stable_offset=outcome.last_stable_offset,
                 log_start_offset=outcome.log_start_offset,
                 aborted_transactions=None,
-                preferred_read_replica=-1,
+                preferred_read_replica=outcome.preferred_read_replica,
                 records=outcome.records,
                 **hints.current_leader(name, read.partition, outcome.error),
             )
