@@ -131,8 +131,30 @@ class ReplicaManager:
         await self._run_blocking(self.logs.shutdown)
 
     async def apply_image(self, image: MetadataImage) -> None:
-        """Lead or follow each local replica as ``image`` says (``replication``)."""
+        """Lead or follow each local replica as ``image`` says (``replication``), after creating
+        the logs of replicas a reassignment adds here and deleting those it moved away."""
+        await self._sync_reassigned_logs(image)
         await self.replication.apply(image, lambda tp: self.logs.has_log(*tp))
+
+    async def _sync_reassigned_logs(self, image: MetadataImage) -> None:
+        offline = self.logs.offline_partitions()
+        for topic in image.topics_by_name.values():
+            if topic.is_diskless:
+                continue
+            for p in topic.partitions.values():
+                tp = (topic.name, p.partition)
+                here = self.logs.has_log(*tp)
+                if self._node_id in p.adding_replicas and not here and tp not in offline:
+                    configs = {n: v for n, v in topic.configs.items() if n in LOG_CONFIG_NAMES}
+                    log.info("%s-%d: a reassignment adds a replica here; creating its log", *tp)
+                    await self._run_blocking(
+                        functools.partial(self.logs.create_log, is_new=True), topic.name, topic.topic_id,
+                        p.partition, configs or None,
+                    )
+                elif self._node_id not in p.replicas and here:
+                    log.info("%s-%d: a reassignment moved the replica off this broker; deleting its log", *tp)
+                    self.replication.forget(tp)
+                    await self._run_blocking(self.logs.delete_log, topic.name, p.partition)
 
     async def report_offline_replicas(self) -> None:
         """Tell the cluster which of this broker's replicas are on failed log dirs (KIP-112): they

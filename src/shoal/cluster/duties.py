@@ -20,7 +20,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from shoal.cluster.election import failover_changes, preferred_changes, unclean_election_enabled
+from shoal.cluster.election import (
+    failover_changes,
+    preferred_changes,
+    reassignment_changes,
+    unclean_election_enabled,
+)
 from shoal.cluster.fencing import fencing_changes
 from shoal.metadata.image import MetadataImage, TopicImage
 from shoal.metadata.log import MetadataConflictError, MetadataStore
@@ -92,6 +97,8 @@ class ControllerDuties:
         # partitions get new leaders, leaderless ones get one when an ISR replica is back.
         fenced = image.apply((image.offset + 1 + i, c) for i, c in enumerate(changes)) if changes else image
         changes += failover_changes(fenced, self.unclean_for)
+        if not changes:
+            changes += reassignment_changes(image)
         if not changes and self._rebalance_s is not None and self._clock() >= self._next_rebalance:
             # KRaft's automatic preferred leader election: every imbalanced partition whose
             # preferred replica is in sync and alive gets it back as leader.

@@ -132,3 +132,65 @@ def preferred_changes(
         changes.append(change)
         outcome[key] = None
     return changes, outcome
+
+
+# ------------------------------------------------------------------------------- reassignment
+
+
+def start_reassignment(
+    image: MetadataImage, topic: TopicImage, partition: PartitionImage, target: tuple[int, ...]
+) -> PartitionChangeRecord | None:
+    """KIP-455 as KRaft does it: the replica list becomes the target followed by the replicas
+    being removed; the added ones catch up as followers and join the ISR, then
+    ``reassignment_changes`` finishes it. A target that adds nothing finishes at once. Replacing a
+    reassignment in progress starts from its original replicas."""
+    original = tuple(b for b in partition.replicas if b not in partition.adding_replicas)
+    adding = tuple(b for b in target if b not in original)
+    removing = tuple(b for b in original if b not in target)
+    if not adding:
+        return _finish(image, topic, partition, target)
+    merged = target + removing
+    isr = tuple(b for b in merged if b in partition.isr)
+    return PartitionChangeRecord(
+        topic.topic_id, partition.partition, isr=isr, replicas=merged, adding_replicas=adding, removing_replicas=removing
+    )
+
+
+def cancel_reassignment(
+    image: MetadataImage, topic: TopicImage, partition: PartitionImage
+) -> PartitionChangeRecord | None:
+    """Back to the replicas before the reassignment: the added ones leave (their data is deleted)."""
+    original = tuple(b for b in partition.replicas if b not in partition.adding_replicas)
+    return _finish(image, topic, partition, original)
+
+
+def _finish(
+    image: MetadataImage, topic: TopicImage, partition: PartitionImage, target: tuple[int, ...]
+) -> PartitionChangeRecord | None:
+    isr = tuple(b for b in target if b in partition.isr)
+    if not isr:
+        isr = target[:1]  # nothing of the target is in sync: keep a member, as an empty ISR cannot be
+    leader = partition.leader
+    if leader not in isr or not can_lead(image, partition, leader):
+        leader, isr = elect(image, partition, isr, unclean=False)
+    if target == partition.replicas and isr == partition.isr and leader == partition.leader and not (
+        partition.adding_replicas or partition.removing_replicas
+    ):
+        return None
+    return PartitionChangeRecord(
+        topic.topic_id, partition.partition, isr=isr, leader=leader if leader != partition.leader else None,
+        replicas=target, adding_replicas=(), removing_replicas=(),
+    )
+
+
+def reassignment_changes(image: MetadataImage) -> list[PartitionChangeRecord]:
+    """Reassignments whose added replicas are all in the ISR now finish: the removed replicas
+    leave the replica list and the ISR, and leadership moves when the leader was one of them."""
+    changes = []
+    for topic, p in classic_partitions(image):
+        if p.adding_replicas and all(b in p.isr for b in p.adding_replicas):
+            target = tuple(b for b in p.replicas if b not in p.removing_replicas)
+            change = _finish(image, topic, p, target)
+            if change is not None:
+                changes.append(change)
+    return changes

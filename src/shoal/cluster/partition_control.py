@@ -17,17 +17,19 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TypeVar
 
 from shoal.cluster.election import (
     NO_LEADER,
     can_lead,
+    cancel_reassignment,
     change_for,
     classic_partitions,
     elect,
     failover_changes,
     preferred_changes,
+    start_reassignment,
 )
 from shoal.metadata.image import MetadataImage, PartitionImage, TopicImage
 from shoal.metadata.log import MetadataConflictError, MetadataStore
@@ -193,3 +195,75 @@ class PartitionControl:
             return changes, outcome
 
         return self._decide(decide)
+
+    # ------------------------------------------------------------------------------ reassignment
+
+    def alter_reassignments(
+        self, wanted: Mapping[tuple[str, int], Sequence[int] | None]
+    ) -> dict[tuple[str, int], tuple[ErrorCode, str | None]]:
+        """AlterPartitionReassignments: per partition, start (or replace) a reassignment to the
+        given replicas, or cancel the one in progress (None). Answers Kafka's codes and messages."""
+
+        def decide(image: MetadataImage) -> tuple[list[MetadataRecord], dict[tuple[str, int], tuple[ErrorCode, str | None]]]:
+            changes: list[MetadataRecord] = []
+            outcome: dict[tuple[str, int], tuple[ErrorCode, str | None]] = {}
+            for (name, index), target in wanted.items():
+                topic = image.topic(name)
+                p = topic.partitions.get(index) if topic is not None else None
+                if topic is None or p is None:
+                    outcome[(name, index)] = (ErrorCode.unknown_topic_or_partition, f"Unable to find partition {name}-{index}.")
+                    continue
+                if topic.is_diskless:
+                    outcome[(name, index)] = (
+                        ErrorCode.invalid_request,
+                        f"{name} is a diskless topic: its data is in object storage and any broker serves it; "
+                        "there are no replicas to move.",
+                    )
+                    continue
+                try:
+                    if target is None:
+                        if not p.adding_replicas and not p.removing_replicas:
+                            raise KafkaError(
+                                ErrorCode.no_reassignment_in_progress,
+                                f"Unable to cancel reassignment for {name}-{index}: there is no reassignment in progress.",
+                            )
+                        change = cancel_reassignment(image, topic, p)
+                    else:
+                        check_replica_assignment(image, tuple(target))
+                        change = start_reassignment(image, topic, p, tuple(target))
+                except KafkaError as exc:
+                    outcome[(name, index)] = (exc.code, exc.message)
+                    continue
+                if change is not None:
+                    changes.append(change)
+                outcome[(name, index)] = (ErrorCode.none, None)
+            return changes, outcome
+
+        return self._decide(decide)
+
+
+def check_replica_assignment(image: MetadataImage, replicas: tuple[int, ...]) -> None:
+    """Kafka's checks of a reassignment's target replicas, with its messages."""
+    if not replicas:
+        raise KafkaError(ErrorCode.invalid_replica_assignment, "The manual partition assignment includes an empty replica list.")
+    if len(set(replicas)) != len(replicas):
+        raise KafkaError(
+            ErrorCode.invalid_replica_assignment, f"The manual partition assignment includes duplicate replicas {list(replicas)}."
+        )
+    for b in replicas:
+        if b not in image.brokers:
+            raise KafkaError(
+                ErrorCode.invalid_replica_assignment,
+                f"The manual partition assignment includes broker {b}, but no such broker is registered.",
+            )
+
+
+def reassignments_in_progress(
+    image: MetadataImage, partitions: Collection[tuple[str, int]] | None = None
+) -> list[tuple[str, int, PartitionImage]]:
+    """ListPartitionReassignments: the classic partitions with a reassignment going on."""
+    found = []
+    for topic, p in classic_partitions(image):
+        if (partitions is None or (topic.name, p.partition) in partitions) and (p.adding_replicas or p.removing_replicas):
+            found.append((topic.name, p.partition, p))
+    return found

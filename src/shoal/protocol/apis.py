@@ -63,6 +63,8 @@ class ApiKey:
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     ELECT_LEADERS = 43
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
@@ -100,6 +102,8 @@ SUPPORTED_APIS: dict[int, ApiSpec] = {
         ApiSpec(ApiKey.CREATE_PARTITIONS, "CreatePartitions", 0, 3),
         ApiSpec(ApiKey.DELETE_GROUPS, "DeleteGroups", 0, 2),
         ApiSpec(ApiKey.ELECT_LEADERS, "ElectLeaders", 0, 2),
+        ApiSpec(ApiKey.ALTER_PARTITION_REASSIGNMENTS, "AlterPartitionReassignments", 0, 1),
+        ApiSpec(ApiKey.LIST_PARTITION_REASSIGNMENTS, "ListPartitionReassignments", 0, 0),
         ApiSpec(ApiKey.INCREMENTAL_ALTER_CONFIGS, "IncrementalAlterConfigs", 0, 1),
         ApiSpec(ApiKey.OFFSET_DELETE, "OffsetDelete", 0, 0),
         ApiSpec(ApiKey.DESCRIBE_CLUSTER, "DescribeCluster", 0, 2),

@@ -51,6 +51,10 @@ from shoal.server.handlers.metadata import (
 )
 from shoal.server.handlers.offset_for_leader_epoch import handle_offset_for_leader_epoch
 from shoal.server.handlers.produce import handle_produce
+from shoal.server.handlers.reassignments import (
+    handle_alter_partition_reassignments,
+    handle_list_partition_reassignments,
+)
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +87,8 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.CREATE_PARTITIONS: handle_create_partitions,
     ApiKey.DELETE_GROUPS: handle_delete_groups,
     ApiKey.ELECT_LEADERS: handle_elect_leaders,
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: handle_alter_partition_reassignments,
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: handle_list_partition_reassignments,
     ApiKey.INCREMENTAL_ALTER_CONFIGS: handle_incremental_alter_configs,
     ApiKey.OFFSET_DELETE: handle_offset_delete,
     ApiKey.DESCRIBE_CLUSTER: handle_describe_cluster,

@@ -1,0 +1,128 @@
+"""Partition reassignment (KIP-455) on four broker processes, driven by kafka-python's admin client
+(AlterPartitionReassignments / ListPartitionReassignments): replicas {1,2,3} move to {2,3,4}
+while an acks=all producer writes, losing nothing; a reassignment that cannot finish is listed
+and cancelled, and the replicas it added are deleted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.conftest import _test_failed
+from tests.support.broker import confluent_consume
+from tests.support.chaos_clients import Acks, run_confluent, wait_until
+from tests.support.cluster import Cluster
+
+TOPIC = "moving"
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]:
+    c = Cluster(tmp_path / "cluster", 4, overrides={"replica.lag.time.max.ms": 3000}).start()
+    yield c
+    if _test_failed(request):
+        print(c.log_tails())
+    c.close()
+
+
+def kafka_python_admin(cluster: Cluster):  # noqa: ANN201
+    from kafka import KafkaAdminClient
+
+    return KafkaAdminClient(bootstrap_servers=cluster.bootstrap.split(","), request_timeout_ms=30000)
+
+
+def replicas_of(cluster: Cluster, partition: int = 0) -> tuple[list[int], list[int]]:
+    md = cluster.wait_for(lambda md: TOPIC in md.topics, "topic in metadata")
+    p = md.topics[TOPIC].partitions[partition]
+    return list(p.replicas), sorted(p.isrs)
+
+
+def segments(cluster: Cluster, node_id: int) -> dict[str, str] | None:
+    d = cluster.broker(node_id).log_dir / f"{TOPIC}-0"
+    if not d.is_dir():
+        return None
+    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(d.glob("*.log"))}
+
+
+def create_on(cluster: Cluster, replicas: list[int]) -> None:
+    from kafka.admin import NewTopic
+
+    admin = kafka_python_admin(cluster)
+    try:
+        admin.create_topics([
+            NewTopic(TOPIC, num_partitions=-1, replication_factor=-1, replica_assignments={0: replicas},
+                     topic_configs={"min.insync.replicas": "2"})
+        ])
+    finally:
+        admin.close()
+    wait_until(lambda: replicas_of(cluster) == (replicas, sorted(replicas)), "every replica in sync", 30)
+
+
+@pytest.mark.timeout(240)
+def test_reassign_1_2_3_to_2_3_4_while_producing(cluster: Cluster) -> None:
+    from kafka import TopicPartition
+
+    create_on(cluster, [1, 2, 3])
+    acks, stop = Acks("confluent"), threading.Event()
+    producer = threading.Thread(target=run_confluent, args=(cluster.bootstrap, acks, stop, TOPIC), daemon=True)
+    producer.start()
+    admin = kafka_python_admin(cluster)
+    try:
+        wait_until(lambda: len(acks.acked) > 2000, "records acknowledged before the move", 60)
+        answer = admin.alter_partition_reassignments({TopicPartition(TOPIC, 0): [2, 3, 4]})
+        assert answer == {TopicPartition(TOPIC, 0): None}, answer
+        wait_until(lambda: replicas_of(cluster) == ([2, 3, 4], [2, 3, 4]), "the reassignment finishing", 90)
+        assert admin.list_partition_reassignments() == {}
+        at_move = len(acks.acked)
+        wait_until(lambda: len(acks.acked) > at_move + 1000, "writes going on after the move", 60)
+    finally:
+        stop.set()
+        producer.join(150)
+        admin.close()
+    assert not acks.failed, acks.failed[:5]
+    wait_until(lambda: segments(cluster, 1) is None, "broker 1 deleting its replica", 30)
+    wait_until(
+        lambda: segments(cluster, 4) == segments(cluster, 2) == segments(cluster, 3), "broker 4 equal to the others", 30
+    )
+    received = confluent_consume(cluster.bootstrap, TOPIC, [0], len(acks.acked), timeout=90)
+    in_topic = Counter(r.value for r in received)
+    lost = [v for v in acks.acked if v not in in_topic]
+    assert not lost and all(n == 1 for n in in_topic.values()), (len(lost), len(acks.acked))
+    assert [r.offset for r in received] == list(range(len(received)))
+
+
+@pytest.mark.timeout(240)
+def test_a_reassignment_in_progress_is_listed_and_cancelled(cluster: Cluster) -> None:
+    from kafka import TopicPartition
+
+    create_on(cluster, [1, 2, 3])
+    tp = TopicPartition(TOPIC, 0)
+    b4 = cluster.broker(4)
+    admin = kafka_python_admin(cluster)
+    try:
+        assert b4.proc is not None
+        os.kill(b4.proc.pid, signal.SIGSTOP)  # broker 4 cannot catch up: the reassignment stays open
+        try:
+            assert admin.alter_partition_reassignments({tp: [1, 2, 4]}) == {tp: None}
+            listed = admin.list_partition_reassignments()
+            assert listed == {tp: {"replicas": [1, 2, 4, 3], "adding_replicas": [4], "removing_replicas": [3]}}
+            assert admin.alter_partition_reassignments({tp: None}) == {tp: None}
+            assert admin.list_partition_reassignments() == {}
+            answer = admin.alter_partition_reassignments({tp: None})
+            assert answer[tp].__name__ == "NoReassignmentInProgressError", answer
+            bad = admin.alter_partition_reassignments({tp: [1, 1, 9]})
+            assert bad[tp].__name__ == "InvalidReplicationAssignmentError", bad
+        finally:
+            os.kill(b4.proc.pid, signal.SIGCONT)
+        wait_until(lambda: replicas_of(cluster) == ([1, 2, 3], [1, 2, 3]), "the original replicas", 30)
+        wait_until(lambda: segments(cluster, 4) is None, "broker 4 deleting the replica it was given", 30)
+    finally:
+        admin.close()
