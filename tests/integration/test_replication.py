@@ -139,6 +139,23 @@ def test_rf3_round_trip_with_four_clients_and_byte_equal_replicas(cluster: Clust
     wait_until(replicas_equal, "followers' segments equal to the leader's", 30)
     assert all(isr == [1, 2, 3] for _, isr in isrs(cluster, topic).values())
 
+    # DeleteRecords on the leader reaches the followers: after the leader stops (its leadership
+    # moves by controlled shutdown), the new leader's log starts where the old one's did.
+    from confluent_kafka import Consumer, TopicPartition
+
+    admin = admin_client(cluster.bootstrap)
+    admin.delete_records([TopicPartition(topic, 0, 100)])[TopicPartition(topic, 0, 100)].result(30)
+    time.sleep(1.5)  # a follower fetch or two carry the new log start
+    leader, _ = isrs(cluster, topic)[0]
+    cluster.broker(leader).stop()
+    wait_until(lambda: isrs(cluster, topic)[0][0] not in (leader, -1), "a new leader of partition 0", 30)
+    consumer = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "watermarks"})
+    try:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)
+    finally:
+        consumer.close()
+    assert low == 100 and high == sum(1 for r in received if r.partition == 0)
+
 
 @pytest.mark.timeout(240)
 def test_min_insync_replicas_and_isr_shrink_and_expand(cluster: Cluster) -> None:

@@ -295,5 +295,10 @@ class ReplicaFetcher:
             log.error("%s-%d: appending replicated records failed: %s", tp[0], tp[1], exc.message)
             self.remove(tp)
             return
+        leader_start = int(p.log_start_offset)
+        if f.log.log_start_offset < leader_start <= f.log.high_watermark:
+            # The leader's log start moved (DeleteRecords, retention): follow it, as Kafka's
+            # followers do (maybeIncrementLogStartOffset), so a later leader keeps the deletion.
+            await self._run_blocking(f.log.delete_records, leader_start)
         if records:
             self._on_appended(tp)
