@@ -45,6 +45,10 @@ def _connection_overrides(name: str, value: str) -> None:
 
 MiB = 1024 * 1024
 
+LONG_MAX = 2**63 - 1
+#: Broker configs that may change at run time (AlterConfigs on a BROKER resource), as in Kafka.
+DYNAMIC_BROKER_CONFIGS = frozenset({"leader.replication.throttled.rate", "follower.replication.throttled.rate"})
+
 #: The one ``replica.selector.class`` (KIP-392): consumers read from an in-sync replica in their rack.
 RACK_AWARE_REPLICA_SELECTOR = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
 
@@ -238,6 +242,24 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             "partition from an in-sync replica in its rack, and followers serve consumers' fetches. "
             "Unset: consumers read from leaders.",
             one_of(RACK_AWARE_REPLICA_SELECTOR),
+        ),
+        ConfigDef(
+            "leader.replication.throttled.rate",
+            ConfigType.LONG,
+            LONG_MAX,
+            "Bytes/s a leader sends to followers of the replicas its topics list in "
+            "`leader.replication.throttled.replicas` (a dynamic broker config: set it per broker or as the "
+            "cluster default with kafka-configs / IncrementalAlterConfigs, as kafka-reassign-partitions "
+            "--throttle does).",
+            at_least(0),
+        ),
+        ConfigDef(
+            "follower.replication.throttled.rate",
+            ConfigType.LONG,
+            LONG_MAX,
+            "Bytes/s a follower fetches for the replicas its topics list in "
+            "`follower.replication.throttled.replicas` (a dynamic broker config).",
+            at_least(0),
         ),
         ConfigDef(
             "auto.create.topics.enable",

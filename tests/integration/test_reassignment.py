@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import _test_failed
-from tests.support.broker import confluent_consume
+from tests.support.broker import admin_client, confluent_consume
 from tests.support.chaos_clients import Acks, run_confluent, wait_until
 from tests.support.cluster import Cluster
 
@@ -126,3 +126,53 @@ def test_a_reassignment_in_progress_is_listed_and_cancelled(cluster: Cluster) ->
         wait_until(lambda: segments(cluster, 4) is None, "broker 4 deleting the replica it was given", 30)
     finally:
         admin.close()
+
+
+@pytest.mark.timeout(240)
+def test_a_throttled_reassignment_copies_at_the_throttled_rate(cluster: Cluster) -> None:
+    """kafka-reassign-partitions --throttle: dynamic broker configs
+    ``leader/follower.replication.throttled.rate`` and the topic's throttled replicas slow the copy
+    to the new replica down to the rate; without them it copies at full speed."""
+    import time
+
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+    from kafka import TopicPartition
+
+    create_on(cluster, [1, 2])
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 20})
+    for _ in range(2000):
+        producer.produce(TOPIC, value=b"x" * 1000, partition=0)
+    assert producer.flush(60) == 0
+    rate = 200_000  # bytes/s: 2 MB take about 10 s
+    admin = admin_client(cluster.bootstrap)
+    set_ = AlterConfigOpType.SET
+    changes = [
+        ConfigResource(ResourceType.BROKER, str(b.node_id), incremental_configs=[
+            ConfigEntry("leader.replication.throttled.rate", str(rate), incremental_operation=set_),
+            ConfigEntry("follower.replication.throttled.rate", str(rate), incremental_operation=set_),
+        ])
+        for b in cluster.brokers
+    ] + [
+        ConfigResource(ResourceType.TOPIC, TOPIC, incremental_configs=[
+            ConfigEntry("leader.replication.throttled.replicas", "*", incremental_operation=set_),
+            ConfigEntry("follower.replication.throttled.replicas", "*", incremental_operation=set_),
+        ]),
+    ]
+    for change in changes:  # librdkafka sends one BROKER resource per call
+        for future in admin.incremental_alter_configs([change]).values():
+            future.result(30)
+    described = admin.describe_configs([ConfigResource(ResourceType.BROKER, "1")])
+    entry = next(iter(described.values())).result()["leader.replication.throttled.rate"]
+    assert entry.value == str(rate) and not entry.is_read_only, entry
+    kp = kafka_python_admin(cluster)
+    try:
+        started = time.monotonic()
+        assert kp.alter_partition_reassignments({TopicPartition(TOPIC, 0): [1, 2, 3]}) == {TopicPartition(TOPIC, 0): None}
+        wait_until(lambda: replicas_of(cluster) == ([1, 2, 3], [1, 2, 3]), "the throttled reassignment finishing", 120)
+        took = time.monotonic() - started
+    finally:
+        kp.close()
+    # At most the rate (and a second's burst): 2 MB cannot arrive in less than ~9 s.
+    assert took > 2_000_000 / rate * 0.8, f"the throttled copy took only {took:.1f} s"
+    print(f"2 MB copied under a {rate} B/s throttle in {took:.1f} s")

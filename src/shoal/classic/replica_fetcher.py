@@ -29,6 +29,7 @@ from shoal.classic.replica_client import (
     ReplicaClient,
     ReplicaConnectionError,
 )
+from shoal.classic.replication_quota import ReplicationQuota
 from shoal.protocol.apis import request_class
 from shoal.protocol.build import make, nested
 from shoal.protocol.errors import ErrorCode, KafkaError
@@ -70,8 +71,11 @@ class ReplicaFetcher:
         settings: FetcherSettings,
         run_blocking: Callable[..., Awaitable[Any]],
         on_appended: Callable[[TopicPartition], None],
+        throttle: tuple[Callable[[TopicPartition], bool], ReplicationQuota] | None = None,
     ) -> None:
         self.leader = leader
+        #: ``follower.replication.throttled.*``: which partitions are throttled, and the quota.
+        self._throttle = throttle
         self._settings = settings
         self._client = ReplicaClient(host, port, f"replica-fetcher-{settings.node_id}", settings.socket_timeout_ms / 1000)
         self._run_blocking = run_blocking
@@ -122,9 +126,14 @@ class ReplicaFetcher:
                 truncating = {tp: f for tp, f in ready.items() if f.truncating}
                 if truncating:
                     await self._truncate(truncating)
-                fetching = {tp: f for tp, f in ready.items() if not f.truncating and self.partitions.get(tp) is f}
+                fetching = {
+                    tp: f for tp, f in ready.items()
+                    if not f.truncating and self.partitions.get(tp) is f and not self._held_back(tp)
+                }
                 if fetching:
                     await self._fetch(fetching)
+                elif not truncating:
+                    await asyncio.sleep(0.1)  # every ready partition is throttled this instant
             except ReplicaConnectionError as exc:
                 log.warning("replica fetcher for leader %d: %s; retrying in %.1f s", self.leader, exc, backoff)
                 await asyncio.sleep(backoff)
@@ -133,6 +142,10 @@ class ReplicaFetcher:
             except Exception:
                 log.exception("replica fetcher for leader %d failed a round; retrying in %.1f s", self.leader, backoff)
                 await asyncio.sleep(backoff)
+
+    def _held_back(self, tp: TopicPartition) -> bool:
+        """A throttled partition waits while the follower's throttle quota is used up."""
+        return self._throttle is not None and self._throttle[0](tp) and self._throttle[1].exceeded()
 
     def _pause(self, tp: TopicPartition, why: str) -> None:
         followed = self.partitions.get(tp)
@@ -290,6 +303,8 @@ class ReplicaFetcher:
             if records:
                 f.log.append_as_follower(memoryview(records))
                 self.bytes_fetched += len(records)
+                if self._throttle is not None and self._throttle[0](tp):
+                    self._throttle[1].record(len(records))
             f.log.set_high_watermark(int(p.high_watermark))
         except KafkaError as exc:
             log.error("%s-%d: appending replicated records failed: %s", tp[0], tp[1], exc.message)

@@ -24,6 +24,7 @@ from shoal.classic.log_manager import LogManager, TopicPartition
 from shoal.classic.log_manager_failures import LogDirFailureEvent
 from shoal.classic.log_results import AppendResult, ReadResult, TimestampAndOffset
 from shoal.classic.replication import Replication
+from shoal.classic.replication_quota import ReplicationQuota, dynamic_rate, is_throttled
 from shoal.cluster.partition_control import PartitionControl
 from shoal.config import Config
 from shoal.metadata.image import MetadataImage, TopicImage
@@ -99,7 +100,16 @@ class ReplicaManager:
             on_dir_failure=self._dir_failed_in_thread,
             retention_check_interval_ms=config["log.retention.check.interval.ms"],
         )
-        self.replication = Replication(config, node_id, self.get, run_blocking, control, wake)
+        self.leader_quota = ReplicationQuota(
+            lambda: dynamic_rate(config, image(), node_id, "leader.replication.throttled.rate")
+        )
+        follower_quota = ReplicationQuota(
+            lambda: dynamic_rate(config, image(), node_id, "follower.replication.throttled.rate")
+        )
+        self.replication = Replication(
+            config, node_id, self.get, run_blocking, control, wake,
+            throttle=(lambda tp: self._throttled(tp, "follower.replication.throttled.replicas"), follower_quota),
+        )
 
     def _hosted(self, image: MetadataImage) -> set[TopicPartition]:
         """Classic partitions the metadata places on this broker (KIP-112's "created" replicas)."""
@@ -342,9 +352,20 @@ class ReplicaManager:
                 f"{list(state.partition.replicas)}",
             )
         leo = state.log.log_end_offset
-        result = state.log.read(offset, max_bytes, min_one_batch, committed_only=False)
+        throttled = self._throttled(tp, "leader.replication.throttled.replicas")
+        if throttled and self.leader_quota.exceeded():
+            result = ReadResult(b"", state.log.high_watermark, state.log.log_start_offset)
+        else:
+            result = state.log.read(offset, max_bytes, min_one_batch, committed_only=False)
+            if throttled:
+                self.leader_quota.record(len(result.records))
         self.replication.replica_fetched(tp, replica_id, offset, leo)
         return ReadResult(result.records, state.log.high_watermark, result.log_start_offset)
+
+    def _throttled(self, tp: TopicPartition, config_name: str) -> bool:
+        """Whether this broker's replica of ``tp`` is in the topic's throttled replicas list."""
+        topic = self._image().topic(tp[0])
+        return topic is not None and is_throttled(topic.configs, config_name, tp[1], self._node_id)
 
     async def list_offset(self, topic: str, partition: int, timestamp: int) -> TimestampAndOffset | None:
         """On a worker: a lookup by time reads index and segment files and decodes a batch."""

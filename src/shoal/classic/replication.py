@@ -26,6 +26,7 @@ from shoal.classic.leader_state import LeaderState
 from shoal.classic.log import PartitionLog
 from shoal.classic.log_manager import TopicPartition
 from shoal.classic.replica_fetcher import FetcherSettings, FollowedPartition, ReplicaFetcher
+from shoal.classic.replication_quota import ReplicationQuota
 from shoal.cluster.partition_control import PartitionControl
 from shoal.config import Config
 from shoal.metadata.image import MetadataImage, PartitionImage, TopicImage
@@ -47,8 +48,10 @@ class Replication:
         run_blocking: Callable[..., Awaitable[Any]],
         control: PartitionControl | None,
         wake: Callable[[TopicPartition], None],
+        throttle: tuple[Callable[[TopicPartition], bool], ReplicationQuota] | None = None,
     ) -> None:
         self._node_id = node_id
+        self._throttle = throttle
         self._get_log = get_log
         self._run_blocking = run_blocking
         self._control = control
@@ -161,7 +164,7 @@ class Replication:
             fetcher = None
         if fetcher is None:
             fetcher = ReplicaFetcher(
-                p.leader, broker.host, broker.port, self._settings, self._run_blocking, self._wake
+                p.leader, broker.host, broker.port, self._settings, self._run_blocking, self._wake, self._throttle
             )
             self._fetchers[p.leader] = fetcher
             fetcher.start()

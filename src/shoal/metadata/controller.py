@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shoal.config import Config, ConfigError
+from shoal.config import BROKER_CONFIGS, DYNAMIC_BROKER_CONFIGS, Config, ConfigError
 from shoal.metadata.assignment import assign_replicas
 from shoal.metadata.image import MetadataImage
 from shoal.metadata.log import MetadataStore
@@ -299,6 +299,35 @@ class Controller:
         records += [
             ConfigRecord(ConfigRecord.TOPIC, name, k, None) for k in topic.configs if k not in configs
         ]
+        if validate_only or not records:
+            return None
+        return self._append(records, image)
+
+    def alter_broker_configs(
+        self, broker: str, desired: Mapping[str, str | None], validate_only: bool
+    ) -> int | None:
+        """Replace the dynamic configs of ``broker`` (a node id, or "" for the cluster default) with
+        ``desired``; only the broker configs Kafka lets change at run time are accepted."""
+        image = self._image()
+        if broker and (not broker.isdigit() or int(broker) not in image.brokers):
+            raise KafkaError(ErrorCode.invalid_request, f"Unexpected broker id {broker}")
+        static = sorted(n for n in desired if n not in DYNAMIC_BROKER_CONFIGS)
+        if static:
+            raise KafkaError(
+                ErrorCode.invalid_request,
+                f"Cannot update these configs dynamically: Set({', '.join(static)}); set them in server.properties",
+            )
+        for name, value in desired.items():
+            if value is not None:
+                try:
+                    BROKER_CONFIGS[name].parse(value)
+                except ConfigError as exc:
+                    raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
+        current = image.broker_configs.get(broker, {})
+        records: list[MetadataRecord] = [
+            ConfigRecord(ConfigRecord.BROKER, broker, k, v) for k, v in desired.items() if current.get(k) != v
+        ]
+        records += [ConfigRecord(ConfigRecord.BROKER, broker, k, None) for k in current if k not in desired]
         if validate_only or not records:
             return None
         return self._append(records, image)

@@ -8,7 +8,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from shoal.config import BROKER_CONFIGS, ConfigType, format_value
+from shoal.config import BROKER_CONFIGS, DYNAMIC_BROKER_CONFIGS, ConfigType, format_value
 from shoal.metadata.controller import CreatedTopic, NewTopic
 from shoal.metadata.records import ConfigRecord
 from shoal.protocol.apis import RequestHeader, response_class
@@ -23,6 +23,8 @@ _ZERO = datetime.timedelta(0)
 
 # DescribeConfigs config sources, as Kafka numbers them.
 SOURCE_DYNAMIC_TOPIC = 1
+SOURCE_DYNAMIC_BROKER = 2
+SOURCE_DYNAMIC_DEFAULT_BROKER = 3
 SOURCE_STATIC_BROKER = 4
 SOURCE_DEFAULT = 5
 
@@ -134,8 +136,13 @@ class _ConfigEntry:
 
 
 def _broker_synonyms(ctx: ServerContext, name: str) -> list[tuple[str, str | None, int]]:
-    """A broker config's sources as Kafka lists them: the operator's value, then the default."""
+    """A broker config's sources as Kafka lists them: a dynamic value of this broker, the dynamic
+    cluster default, the operator's value, then the default."""
     synonyms: list[tuple[str, str | None, int]] = []
+    for resource, source in ((str(ctx.node_id), SOURCE_DYNAMIC_BROKER), ("", SOURCE_DYNAMIC_DEFAULT_BROKER)):
+        value = ctx.image.broker_configs.get(resource, {}).get(name)
+        if value is not None:
+            synonyms.append((name, value, source))
     if ctx.config.is_set(name):
         value = ctx.config[name]
         synonyms.append((name, None if value is None else format_value(value), SOURCE_STATIC_BROKER))
@@ -227,18 +234,9 @@ async def handle_describe_configs(ctx: ServerContext, header: RequestHeader, req
                 error, message = ErrorCode.invalid_request, f"Unexpected broker id {resource.resource_name}"
             else:
                 for name, d in BROKER_CONFIGS.items():
-                    value = ctx.config[name]
-                    source = SOURCE_STATIC_BROKER if ctx.config.is_set(name) else SOURCE_DEFAULT
-                    entries.append(
-                        _ConfigEntry(
-                            name,
-                            None if value is None else format_value(value),
-                            source,
-                            d.type,
-                            d.doc,
-                            _broker_synonyms(ctx, name),
-                        )
-                    )
+                    synonyms = _broker_synonyms(ctx, name)
+                    value, source = (synonyms[0][1], synonyms[0][2]) if synonyms else (None, SOURCE_DEFAULT)
+                    entries.append(_ConfigEntry(name, value, source, d.type, d.doc, synonyms))
         else:
             error, message = ErrorCode.invalid_request, f"Unsupported resource type {resource.resource_type}"
         keys = set(resource.configuration_keys) if resource.configuration_keys else None
@@ -255,7 +253,7 @@ async def handle_describe_configs(ctx: ServerContext, header: RequestHeader, req
                         name=e.name,
                         value=e.value,
                         read_only=e.name == "diskless.enable"
-                        or resource.resource_type == ConfigRecord.BROKER,
+                        or (resource.resource_type == ConfigRecord.BROKER and e.name not in DYNAMIC_BROKER_CONFIGS),
                         config_source=e.source,
                         is_default=e.source == SOURCE_DEFAULT,
                         is_sensitive=False,
@@ -306,6 +304,28 @@ def _incremental(current: dict[str, str], changes: Any) -> dict[str, str | None]
     return desired
 
 
+async def _alter_broker_configs(ctx: ServerContext, resource: Any, validate_only: bool, incremental: bool) -> None:
+    """A broker's (or, with an empty name, the cluster default's) dynamic configs."""
+    current = dict(ctx.image.broker_configs.get(resource.resource_name, {}))
+    wanted = _incremental(current, resource.configs) if incremental else {c.name: c.value for c in resource.configs}
+    await ctx.control(ctx.controller.alter_broker_configs, resource.resource_name, wanted, validate_only)
+    if not validate_only:
+        log.info("altered dynamic configs of broker %r: %s", resource.resource_name or "(default)", wanted)
+
+
+async def _alter_topic_configs(ctx: ServerContext, resource: Any, validate_only: bool, incremental: bool) -> None:
+    topic = ctx.image.topic(resource.resource_name)
+    if topic is None:
+        raise KafkaError(ErrorCode.unknown_topic_or_partition, f"Topic {resource.resource_name} does not exist")
+    if incremental:
+        desired = _incremental(dict(topic.configs), resource.configs)
+    else:
+        desired = {c.name: c.value for c in resource.configs}
+    await ctx.control(ctx.controller.alter_topic_configs, topic.name, desired, validate_only)
+    if not validate_only:
+        log.info("altered configs of topic %s: %s", topic.name, desired)
+
+
 async def _alter_configs(ctx: ServerContext, header: RequestHeader, request: Any, incremental: bool) -> Any:
     cls = response_class(header.api_key, header.api_version)
     result_cls = nested(cls, "AlterConfigsResourceResponse")
@@ -314,26 +334,13 @@ async def _alter_configs(ctx: ServerContext, header: RequestHeader, request: Any
         error, message = ErrorCode.none, None
         try:
             if resource.resource_type == ConfigRecord.BROKER:
-                raise KafkaError(
-                    ErrorCode.invalid_request,
-                    "Broker configs are static in this Shoal version: set them in server.properties or with --override",
-                )
-            if resource.resource_type != ConfigRecord.TOPIC:
+                await _alter_broker_configs(ctx, resource, request.validate_only, incremental)
+            elif resource.resource_type != ConfigRecord.TOPIC:
                 raise KafkaError(
                     ErrorCode.invalid_request, f"Unsupported resource type {resource.resource_type}"
                 )
-            topic = ctx.image.topic(resource.resource_name)
-            if topic is None:
-                raise KafkaError(
-                    ErrorCode.unknown_topic_or_partition, f"Topic {resource.resource_name} does not exist"
-                )
-            if incremental:
-                desired = _incremental(dict(topic.configs), resource.configs)
             else:
-                desired = {c.name: c.value for c in resource.configs}
-            await ctx.control(ctx.controller.alter_topic_configs, topic.name, desired, request.validate_only)
-            if not request.validate_only:
-                log.info("altered configs of topic %s: %s", topic.name, desired)
+                await _alter_topic_configs(ctx, resource, request.validate_only, incremental)
         except KafkaError as exc:
             log.info(
                 "AlterConfigs %s from %s refused: %s", resource.resource_name, header.client_id, exc.message
