@@ -7,6 +7,7 @@ record is consumed, and the partitions keep taking writes with acks=all and min.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -15,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import _test_failed
-from tests.integration.test_classic_topics import wire_offline_replicas
-from tests.support.broker import admin_client, confluent_consume
+from tests.integration.test_classic_topics import run_shoal, wire_offline_replicas
+from tests.integration.test_jbod import effective_properties
+from tests.support.broker import BrokerProcess, admin_client, confluent_consume
 from tests.support.chaos_clients import Acks, run_confluent, wait_until
 from tests.support.cluster import Cluster
 from tests.support.failfs import FailingDisk
@@ -33,12 +35,20 @@ def cluster(tmp_path: Path, failing_disk: FailingDisk, request: pytest.FixtureRe
         if b.node_id == 1:
             dirs[1] = failing_disk.mount_point
         b.overrides["log.dirs"] = ",".join(str(d) for d in dirs)
-    failing_disk.before_unmount.append(c.close)
+    failing_disk.before_unmount.append(c.broker(1).close)
     c.start()
     yield c
     if _test_failed(request):
         print(c.log_tails())
     c.close()
+
+
+def segment_digests(broker: BrokerProcess, partition: int) -> dict[str, str]:
+    """Segment file digests of ``partition`` in whichever of the broker's log dirs holds it."""
+    dirs = [Path(d) for d in broker.overrides["log.dirs"].split(",")]
+    found = [d / f"{TOPIC}-{partition}" for d in dirs if (d / f"{TOPIC}-{partition}").is_dir()]
+    assert len(found) == 1, found
+    return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(found[0].glob("*.log"))}
 
 
 def replicas_on(log_dir: Path) -> set[int]:
@@ -99,3 +109,27 @@ def test_a_failed_log_dir_moves_leaders_and_loses_no_acknowledged_record(
         f"lost {len(lost)}, duplicated {len(doubled)}"
     )
     assert not lost and not doubled
+
+    # The disk is replaced by an empty one and the operator resets the dir: broker 1 re-creates
+    # those replicas empty, copies them back from the leaders and rejoins every ISR.
+    b1 = cluster.broker(1)
+    b1.stop()
+    failing_disk.unmount()
+    reset = run_shoal("log-dirs", "reset", "--dir", str(failing_disk.mount_point), "--config",
+                      str(effective_properties(b1)))
+    assert reset.returncode == 0, reset
+    b1.start()
+    cluster.wait_for(
+        lambda md: all(sorted(p.isrs) == [1, 2, 3] for p in md.topics[TOPIC].partitions.values()),
+        "broker 1 back in every ISR", timeout=60,
+    )
+    for b in cluster.brokers:
+        wait_until(lambda b=b: wire_offline_replicas(b.port, TOPIC) == {}, f"no offline replica on broker {b.node_id}", 30)
+
+    def rebuilt() -> bool:
+        return all(
+            segment_digests(b1, p) == segment_digests(cluster.broker(2), p) == segment_digests(cluster.broker(3), p)
+            for p in doomed
+        )
+
+    wait_until(rebuilt, "the rebuilt replicas equal to the others", 60)
