@@ -53,7 +53,7 @@ def test_classic_and_diskless_epoch_end_offsets(broker: BrokerProcess, topic_nam
         (ErrorCode.none, 0, 30),  # epoch 0 is the latest: it ends at the log end
         (ErrorCode.none, 0, 30),  # the current leader epoch (0) matches
         (ErrorCode.none, -1, -1),  # an epoch the log never had: undefined
-        (ErrorCode.none, -1, -1),  # an empty log has no epochs yet
+        (ErrorCode.none, 0, 0),  # an empty log: its leader recorded epoch 0 at offset 0 on taking over
     ]
     fenced = end_offsets(broker.port, version, f"{topic_name}-c", [(0, 3, 0), (5, -1, 0)])
     assert [e for e, _, _ in fenced] == [ErrorCode.unknown_leader_epoch, ErrorCode.unknown_topic_or_partition]
