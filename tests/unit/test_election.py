@@ -83,3 +83,28 @@ def test_preferred_election_moves_leadership_back_only_when_the_preferred_replic
     after = apply(image, changes)
     assert partition(after).leader == 1
     assert preferred_changes(after)[1] == {("t", 0): "ELECTION_NOT_NEEDED"}
+
+
+def test_reassignment_adds_then_finishes_once_the_new_replicas_are_in_sync() -> None:
+    from shoal.cluster.election import cancel_reassignment, reassignment_changes, start_reassignment
+
+    image = image_with((1, 2, 3), (1, 2, 3), 1)
+    image = image.apply([(image.offset + 1, RegisterBrokerRecord(4, "h", 9004, None, fenced=False))])
+    topic = image.topic("t")
+    assert topic is not None
+    start = start_reassignment(image, topic, partition(image), (2, 3, 4))
+    assert start is not None
+    moving = apply(image, [start])
+    p = partition(moving)
+    assert (p.replicas, p.adding_replicas, p.removing_replicas, p.isr) == ((2, 3, 4, 1), (4,), (1,), (2, 3, 1))
+    assert reassignment_changes(moving) == []  # broker 4 has not caught up
+    caught_up = apply(moving, [PartitionChangeRecord(TOPIC_ID, 0, isr=(2, 3, 4, 1))])
+    done = apply(caught_up, reassignment_changes(caught_up))
+    p = partition(done)
+    assert (p.replicas, p.isr, p.leader, p.adding_replicas, p.removing_replicas) == ((2, 3, 4), (2, 3, 4), 2, (), ())
+    assert p.leader_epoch == 1  # the leader was removed: a new one, a new epoch
+    # Cancelling goes back to the original replicas, in the merged list's order (as KRaft's revert).
+    cancelled = cancel_reassignment(moving, moving.topic("t"), partition(moving))  # type: ignore[arg-type]
+    assert cancelled is not None
+    p = partition(apply(moving, [cancelled]))
+    assert (p.replicas, p.isr, p.leader, p.adding_replicas) == ((2, 3, 1), (2, 3, 1), 1, ())
