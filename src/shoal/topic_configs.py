@@ -269,7 +269,8 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             "min.insync.replicas",
             ConfigType.INT,
             1,
-            "With acks=all, how many in-sync replicas a classic partition needs: with fewer in the ISR, "
+            "With acks=all, how many in-sync replicas a classic partition needs (at most its replication factor, "
+            "as Kafka's effective min ISR): with fewer in the ISR, "
             "produce answers NOT_ENOUGH_REPLICAS before appending, or NOT_ENOUGH_REPLICAS_AFTER_APPEND when "
             "the ISR shrank while the write waited. Diskless data is kept by object storage: not used there.",
             at_least(1),

@@ -208,8 +208,9 @@ class ReplicaManager:
                     continue
                 counts["leaders"] += 1
                 counts["under_replicated"] += len(p.isr) < len(p.replicas)
-                counts["under_min_isr"] += len(p.isr) < min_isr
-                counts["at_min_isr"] += len(p.isr) == min_isr
+                effective = min(min_isr, len(p.replicas))  # Kafka's effectiveMinIsr
+                counts["under_min_isr"] += len(p.isr) < effective
+                counts["at_min_isr"] += len(p.isr) == effective
         counts["isr_shrinks"] = self.replication.isr_shrinks
         counts["isr_expands"] = self.replication.isr_expands
         return counts

@@ -47,7 +47,7 @@ class ClassicPartitions:
         self, partition: PartitionRef, records: ValidatedRecords, options: ProduceOptions
     ) -> Awaitable[AppendOutcome]:
         name, index = partition.name, partition.partition
-        min_isr = self._min_isr(partition.topic)
+        min_isr = self._min_isr(partition)
         if options.acks == -1:
             self.replicas.check_enough_replicas(name, index, min_isr)
         appended = self.replicas.append(name, index, records.records, records.batches, records.timestamp_type)
@@ -62,9 +62,11 @@ class ClassicPartitions:
         )
         return self._acknowledged(partition, outcome, appended.flush_needed, replicated, options.timeout_ms)
 
-    def _min_isr(self, topic: TopicImage) -> int:
-        value = topic.configs.get("min.insync.replicas")
-        return int(value) if value is not None else self.replicas.default_min_isr
+    def _min_isr(self, partition: PartitionRef) -> int:
+        """Kafka's effective min ISR: ``min.insync.replicas``, at most the replication factor."""
+        value = partition.topic.configs.get("min.insync.replicas")
+        configured = int(value) if value is not None else self.replicas.default_min_isr
+        return min(configured, len(partition.topic.partitions[partition.partition].replicas))
 
     async def _acknowledged(
         self,
