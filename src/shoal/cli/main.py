@@ -22,6 +22,7 @@ from shoal.cli.dump_log import dump_log
 from shoal.cli.groups import groups_app
 from shoal.cli.log_dirs import log_dirs_app
 from shoal.cli.pipeline import pipeline_app
+from shoal.cli.reassign import reassign_partitions
 from shoal.cli.topics import topics_app
 from shoal.config import Config, ConfigError
 from shoal.metadata.log import DuplicateBrokerError
@@ -37,6 +38,7 @@ app.add_typer(topics_app, name="topics")
 app.command("dump-log")(dump_log)
 app.add_typer(diskless_metadata_app, name="diskless-metadata")
 app.add_typer(log_dirs_app, name="log-dirs")
+app.command("reassign-partitions")(reassign_partitions)
 app.command("produce")(produce)
 app.command("consume")(consume)
 

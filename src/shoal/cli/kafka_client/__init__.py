@@ -12,8 +12,9 @@ Modules: ``errors`` (exceptions, Kafka's error names and messages), ``cluster`` 
 Metadata results), ``connection`` (one broker: framing and version negotiation), ``router``
 (which broker, retries, Metadata), the per-API calls (``group_apis``, ``member_apis``,
 ``offset_apis``, ``produce_apis``, ``fetch_apis``), ``client`` (KafkaClient, all of them
-together), and on top of it the console tools' ``producer`` (idempotent, Kafka's partitioner)
-and ``consumer`` (a classic group member with the range assignor, or fixed partitions).
+together), ``reassign_apis`` (ReassignmentClient: the reassign-partitions tool's controller,
+config and log-dir calls), and on top of it the console tools' ``producer`` (idempotent,
+Kafka's partitioner) and ``consumer`` (a classic group member with the range assignor, or fixed partitions).
 Tools import from the package.
 """
 
@@ -51,6 +52,12 @@ from shoal.cli.kafka_client.offset_apis import (
     UNKNOWN_OFFSET,
     ListedOffset,
 )
+from shoal.cli.kafka_client.reassign_apis import (
+    ConfigChange,
+    PartitionReassignment,
+    ReassignmentClient,
+    ReplicaLogDir,
+)
 
 __all__ = [
     "API_NAMES",
@@ -64,6 +71,7 @@ __all__ = [
     "BrokerConnection",
     "BrokerConnectionError",
     "ClusterMetadata",
+    "ConfigChange",
     "GroupDescription",
     "GroupListing",
     "KafkaApiError",
@@ -73,6 +81,9 @@ __all__ = [
     "MemberDescription",
     "Node",
     "PartitionInfo",
+    "PartitionReassignment",
+    "ReassignmentClient",
+    "ReplicaLogDir",
     "TopicInfo",
     "TopicPartition",
     "UnsupportedApiError",

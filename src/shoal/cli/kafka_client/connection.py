@@ -41,7 +41,12 @@ class Api:
     LIST_GROUPS = 16
     API_VERSIONS = 18
     INIT_PRODUCER_ID = 22
+    ALTER_REPLICA_LOG_DIRS = 34
+    DESCRIBE_LOG_DIRS = 35
     DELETE_GROUPS = 42
+    INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
 
 
 API_NAMES = {
@@ -60,7 +65,12 @@ API_NAMES = {
     Api.LIST_GROUPS: "ListGroups",
     Api.API_VERSIONS: "ApiVersions",
     Api.INIT_PRODUCER_ID: "InitProducerId",
+    Api.ALTER_REPLICA_LOG_DIRS: "AlterReplicaLogDirs",
+    Api.DESCRIBE_LOG_DIRS: "DescribeLogDirs",
     Api.DELETE_GROUPS: "DeleteGroups",
+    Api.INCREMENTAL_ALTER_CONFIGS: "IncrementalAlterConfigs",
+    Api.ALTER_PARTITION_REASSIGNMENTS: "AlterPartitionReassignments",
+    Api.LIST_PARTITION_REASSIGNMENTS: "ListPartitionReassignments",
 }
 
 # The versions this client knows how to build and read. Upper bounds stop before versions that
@@ -81,7 +91,12 @@ CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     Api.LIST_GROUPS: (0, 5),
     Api.API_VERSIONS: (0, 3),
     Api.INIT_PRODUCER_ID: (0, 5),
+    Api.ALTER_REPLICA_LOG_DIRS: (1, 2),
+    Api.DESCRIBE_LOG_DIRS: (1, 4),
     Api.DELETE_GROUPS: (0, 2),
+    Api.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    Api.ALTER_PARTITION_REASSIGNMENTS: (0, 1),  # v1: AllowReplicationFactorChange (KIP-860)
+    Api.LIST_PARTITION_REASSIGNMENTS: (0, 0),
 }
 
 
