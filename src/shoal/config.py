@@ -17,6 +17,7 @@ from shoal.config_def import (
     ConfigError,
     ConfigType,
     at_least,
+    between,
     format_value,
     invalid_value,
     one_of,
@@ -225,6 +226,14 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             True,
             "The active controller moves classic leaderships back to their preferred replicas (the first "
             "of each replica list) when those are in the ISR, every `leader.imbalance.check.interval.seconds`.",
+        ),
+        ConfigDef(
+            "leader.imbalance.per.broker.percentage",
+            ConfigType.INT,
+            10,
+            "The automatic rebalance moves a broker's preferred leaderships back only when more than this "
+            "percentage of the partitions it should lead are led elsewhere.",
+            between(0, 100),
         ),
         ConfigDef(
             "leader.imbalance.check.interval.seconds",

@@ -108,3 +108,20 @@ def test_reassignment_adds_then_finishes_once_the_new_replicas_are_in_sync() -> 
     assert cancelled is not None
     p = partition(apply(moving, [cancelled]))
     assert (p.replicas, p.isr, p.leader, p.adding_replicas) == ((2, 3, 1), (2, 3, 1), 1, ())
+
+
+def test_the_automatic_rebalance_waits_for_the_imbalance_percentage() -> None:
+    from shoal.cluster.election import imbalanced_partitions
+
+    records: list[MetadataRecord] = [RegisterBrokerRecord(b, "h", 9000 + b, None, fenced=False) for b in (1, 2)]
+    records.append(TopicRecord("t", TOPIC_ID))
+    for p in range(20):  # broker 1 should lead all 20; broker 2 leads the first `moved`
+        records.append(PartitionRecord(TOPIC_ID, p, (1, 2), (1, 2), 1))
+    image = MetadataImage().apply(enumerate(records))
+
+    def moved(n: int) -> MetadataImage:
+        return apply(image, [PartitionChangeRecord(TOPIC_ID, p, leader=2) for p in range(n)])
+
+    assert imbalanced_partitions(moved(2), 10) == []  # 10 %: not more than the percentage
+    assert imbalanced_partitions(moved(3), 10) == [("t", 0), ("t", 1), ("t", 2)]
+    assert imbalanced_partitions(moved(1), 0) == [("t", 0)]

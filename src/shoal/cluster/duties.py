@@ -22,6 +22,7 @@ from typing import Any
 
 from shoal.cluster.election import (
     failover_changes,
+    imbalanced_partitions,
     preferred_changes,
     reassignment_changes,
     unclean_election_enabled,
@@ -51,6 +52,7 @@ class ControllerDuties:
         session_timeout_ms: int,
         unclean_leader_election: bool = False,
         leader_rebalance_interval_ms: int | None = None,
+        leader_imbalance_percentage: int = 10,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
@@ -63,6 +65,7 @@ class ControllerDuties:
         self._unclean = unclean_leader_election
         #: ``auto.leader.rebalance.enable``: preferred leaders come back every this often (None: off).
         self._rebalance_s = None if leader_rebalance_interval_ms is None else leader_rebalance_interval_ms / 1000
+        self._imbalance_percentage = leader_imbalance_percentage
         self._clock = clock
         self._next_rebalance = clock() + (self._rebalance_s or 0)
         self._epoch: int | None = None
@@ -100,10 +103,12 @@ class ControllerDuties:
         if not changes:
             changes += reassignment_changes(image)
         if not changes and self._rebalance_s is not None and self._clock() >= self._next_rebalance:
-            # KRaft's automatic preferred leader election: every imbalanced partition whose
-            # preferred replica is in sync and alive gets it back as leader.
+            # The automatic preferred leader election: on brokers past the imbalance percentage,
+            # partitions whose preferred replica is in sync and alive get it back as leader.
             self._next_rebalance = self._clock() + self._rebalance_s
-            changes += preferred_changes(image)[0]
+            imbalanced = imbalanced_partitions(image, self._imbalance_percentage)
+            if imbalanced:
+                changes += preferred_changes(image, set(imbalanced))[0]
         if not changes:
             return
         try:

@@ -134,6 +134,22 @@ def preferred_changes(
     return changes, outcome
 
 
+def imbalanced_partitions(image: MetadataImage, percentage: int) -> list[tuple[str, int]]:
+    """The automatic rebalance's choice (Kafka's checkAndTriggerAutoLeaderRebalance): for each
+    broker, the partitions it should lead (first replica) but does not, when they are more than
+    ``percentage`` % of the partitions it should lead (``leader.imbalance.per.broker.percentage``)."""
+    preferred_of: dict[int, list[tuple[str, int, bool]]] = {}
+    for topic, p in classic_partitions(image):
+        if p.replicas:
+            preferred_of.setdefault(p.replicas[0], []).append((topic.name, p.partition, p.leader == p.replicas[0]))
+    chosen = []
+    for entries in preferred_of.values():
+        imbalanced = [(name, index) for name, index, leads in entries if not leads]
+        if imbalanced and len(imbalanced) * 100 > percentage * len(entries):
+            chosen += imbalanced
+    return chosen
+
+
 # ------------------------------------------------------------------------------- reassignment
 
 

@@ -123,6 +123,7 @@ class Broker:
                     config["leader.imbalance.check.interval.seconds"] * 1000
                     if config["auto.leader.rebalance.enable"] else None
                 ),
+                leader_imbalance_percentage=config["leader.imbalance.per.broker.percentage"],
             )
         await self._wait_until_unfenced()
         if self._duties is not None:
