@@ -257,6 +257,8 @@ class Replication:
             self.isr_shrinks += 1
         elif set(p.isr) > set(state.isr):
             self.isr_expands += 1
+        # A reassignment may add replicas to a single-replica partition (or take them away).
+        state.log.hw_follows_leo = len(p.replicas) == 1
         state.update(p, _now_ms())
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
