@@ -83,6 +83,7 @@ class ReplicaFetcher:
         self.partitions: dict[TopicPartition, FollowedPartition] = {}
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         #: Bytes copied from the leader since start (follower catch-up rate).
         self.bytes_fetched = 0
 
@@ -103,6 +104,10 @@ class ReplicaFetcher:
         self._task = asyncio.create_task(self._run(), name=f"replica-fetcher-{self.leader}")
 
     async def stop(self) -> None:
+        # The flag as well as the cancel: on Python 3.11 a cancel that lands while a connection
+        # attempt fails inside ``wait_for`` is swallowed, and the loop would go on (and wait).
+        self._stopping = True
+        self._changed.set()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -113,7 +118,7 @@ class ReplicaFetcher:
 
     async def _run(self) -> None:
         backoff = self._settings.backoff_ms / 1000
-        while True:
+        while not self._stopping:
             now = time.monotonic()
             ready = {tp: f for tp, f in self.partitions.items() if f.paused_until <= now}
             if not ready:
@@ -135,6 +140,8 @@ class ReplicaFetcher:
                 elif not truncating:
                     await asyncio.sleep(0.1)  # every ready partition is throttled this instant
             except ReplicaConnectionError as exc:
+                if self._stopping:
+                    return
                 log.warning("replica fetcher for leader %d: %s; retrying in %.1f s", self.leader, exc, backoff)
                 await asyncio.sleep(backoff)
             except asyncio.CancelledError:

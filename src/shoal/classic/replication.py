@@ -128,7 +128,7 @@ class Replication:
         for leader, fetcher in list(self._fetchers.items()):
             if not fetcher.partitions:
                 del self._fetchers[leader]
-                await fetcher.stop()
+                self._spawn(fetcher.stop())  # not awaited: publishing never waits on a connection
 
     def _lead(self, tp: TopicPartition, topic: TopicImage, log_: PartitionLog, p: PartitionImage) -> None:
         state = self.leaders.get(tp)

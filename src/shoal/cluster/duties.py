@@ -26,6 +26,7 @@ from shoal.cluster.election import (
     preferred_changes,
     reassignment_changes,
     unclean_election_enabled,
+    unclean_elections,
 )
 from shoal.cluster.fencing import fencing_changes
 from shoal.metadata.image import MetadataImage, TopicImage
@@ -66,6 +67,8 @@ class ControllerDuties:
         #: ``auto.leader.rebalance.enable``: preferred leaders come back every this often (None: off).
         self._rebalance_s = None if leader_rebalance_interval_ms is None else leader_rebalance_interval_ms / 1000
         self._imbalance_percentage = leader_imbalance_percentage
+        #: Kafka's UncleanLeaderElectionsPerSec, counted by the controller that made them.
+        self.unclean_elections = 0
         self._clock = clock
         self._next_rebalance = clock() + (self._rebalance_s or 0)
         self._epoch: int | None = None
@@ -119,6 +122,15 @@ class ControllerDuties:
             return
         for change in changes:
             log.info("controller: %s", change)
+        self._report_unclean(fenced, changes)
+
+    def _report_unclean(self, before: MetadataImage, changes: list[MetadataRecord]) -> None:
+        for topic, partition, leader in unclean_elections(before, changes):
+            self.unclean_elections += 1
+            log.warning(
+                "unclean leader election of %s-%d: broker %d was not in the ISR and leads now; records "
+                "only the old ISR had are lost (unclean.leader.election.enable)", topic, partition, leader,
+            )
 
     def unclean_for(self, topic: TopicImage) -> bool:
         return unclean_election_enabled(topic, self._unclean)

@@ -16,7 +16,7 @@ These functions are pure: they return ``PartitionChangeRecord``s for the caller 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 
 from shoal.metadata.image import MetadataImage, PartitionImage, TopicImage
 from shoal.metadata.records import PartitionChangeRecord
@@ -106,6 +106,20 @@ def failover_changes(
         if change is not None:
             changes.append(change)
     return changes
+
+
+def unclean_elections(image: MetadataImage, changes: Iterable[object]) -> list[tuple[str, int, int]]:
+    """(topic, partition, new leader) of the ``changes`` that elect a leader from outside the ISR
+    ``image`` had: unclean elections, which may lose acknowledged records."""
+    found = []
+    for change in changes:
+        if not isinstance(change, PartitionChangeRecord) or change.leader is None or change.leader < 0:
+            continue
+        topic = image.topics_by_id.get(change.topic_id)
+        p = topic.partitions.get(change.partition) if topic is not None else None
+        if topic is not None and p is not None and change.leader not in p.isr:
+            found.append((topic.name, change.partition, change.leader))
+    return found
 
 
 def preferred_changes(

@@ -54,6 +54,8 @@ class PartitionControl:
         self._node_id = node_id
         self._catch_up = catch_up
         self._unclean_for = unclean_for
+        #: Unclean elections ElectLeaders asked this broker for (Kafka's UncleanLeaderElectionsPerSec).
+        self.unclean_elections = 0
 
     def _decide(self, decide: Callable[[MetadataImage], tuple[list[MetadataRecord], T]]) -> T:
         """Run ``decide`` on the newest image and append what it returns right after that image,
@@ -194,7 +196,13 @@ class PartitionControl:
                 outcome[key] = None
             return changes, outcome
 
-        return self._decide(decide)
+        outcome = self._decide(decide)
+        elected = [key for key, why in outcome.items() if why is None]
+        self.unclean_elections += len(elected)
+        for topic, partition in elected:
+            log.warning("unclean leader election of %s-%d (ElectLeaders): records only the old ISR had are lost",
+                        topic, partition)
+        return outcome
 
     # ------------------------------------------------------------------------------ reassignment
 

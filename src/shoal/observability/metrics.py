@@ -140,6 +140,10 @@ class ClusterView(Protocol):
         """(unfenced, fenced) brokers in this broker's metadata image."""
         ...
 
+    def unclean_elections(self) -> int:
+        """Unclean leader elections this broker made (as controller, or for ElectLeaders)."""
+        ...
+
 
 class _ControllerCollector(Collector):
     """Kafka's controller gauges: summed over brokers, ActiveControllerCount is 1 in a healthy cluster."""
@@ -147,7 +151,7 @@ class _ControllerCollector(Collector):
     def __init__(self, cluster: ClusterView) -> None:
         self._cluster = cluster
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         active, fenced = self._cluster.broker_counts()
         yield GaugeMetricFamily(
             "kafka_controller_kafkacontroller_activecontrollercount",
@@ -159,6 +163,12 @@ class _ControllerCollector(Collector):
             "kafka_controller_kafkacontroller_activebrokercount",
             "kafka.controller:type=KafkaController,name=ActiveBrokerCount: unfenced brokers.",
             value=active,
+        )
+        yield CounterMetricFamily(
+            "kafka_controller_controllerstats_uncleanleaderelections",
+            "kafka.controller:type=ControllerStats,name=UncleanLeaderElectionsPerSec: leaders elected from "
+            "outside the ISR (they may lose acknowledged records).",
+            value=self._cluster.unclean_elections(),
         )
         yield GaugeMetricFamily(
             "kafka_controller_kafkacontroller_fencedbrokercount",

@@ -206,6 +206,11 @@ class Broker:
         fenced = sum(1 for b in brokers if b.fenced)
         return len(brokers) - fenced, fenced
 
+    def unclean_elections(self) -> int:
+        """Unclean leader elections made here, for the controller's UncleanLeaderElectionsPerSec."""
+        made = self._duties.unclean_elections if self._duties is not None else 0
+        return made + (self._control.unclean_elections if self._control is not None else 0)
+
     async def _wait_until_unfenced(self) -> None:
         """Serve only once the controller has registered and unfenced this incarnation (KRaft's
         broker waits the same way); a controller-role broker may be that controller."""
@@ -256,6 +261,10 @@ class Broker:
             await serve_connection(
                 reader, writer, lambda frame, peer: dispatch(ctx, frame, peer), self._settings, self._budget
             )
+        except asyncio.CancelledError:
+            # Shutdown cancels connections still open after the drain: end quietly (asyncio's
+            # stream callback would log a cancelled connection task as an error).
+            writer.transport.abort()
         finally:
             self._connections.discard(task)
             self._quotas.release(ip)
