@@ -91,3 +91,33 @@ def test_fetch_checks_the_current_leader_epoch(broker: BrokerProcess, topic_name
     assert fetch(-1) == ErrorCode.none
     assert fetch(0) == ErrorCode.none
     assert fetch(1) == ErrorCode.unknown_leader_epoch
+
+
+@pytest.mark.parametrize("kind", ["classic", "diskless"])
+def test_list_offsets_checks_and_answers_the_leader_epoch(broker: BrokerProcess, topic_name: str, kind: str) -> None:
+    """KIP-320 for ListOffsets (v4+): an older current leader epoch is FENCED_LEADER_EPOCH, a newer
+    one UNKNOWN_LEADER_EPOCH; an answer carries the epoch of the offset found."""
+    from confluent_kafka.admin import NewTopic
+
+    if kind == "classic":
+        admin = admin_client(broker.bootstrap)
+        admin.create_topics([NewTopic(topic_name, 1, 1)])[topic_name].result(30)
+        wait_for_topic(admin, topic_name, 1)
+    else:
+        create_diskless_topic(broker.bootstrap, topic_name, partitions=1)
+    confluent_produce(broker.bootstrap, topic_name, make_workload(5, 1, topic_name))
+    request = request_class(ApiKey.LIST_OFFSETS, 7)
+
+    def latest(current_leader_epoch: int) -> tuple[int, int, int]:
+        partition = make(nested(request, "ListOffsetsPartition"), partition_index=0,
+                         current_leader_epoch=current_leader_epoch, timestamp=-1, max_num_offsets=1)
+        entity = make(request, replica_id=-1, isolation_level=0,
+                      topics=(make(nested(request, "ListOffsetsTopic"), name=topic_name, partitions=(partition,)),))
+        with WireClient(broker.port) as client:
+            answer = client.request(entity, response_class(ApiKey.LIST_OFFSETS, 7))
+        p = answer.topics[0].partitions[0]
+        return p.error_code, p.offset, p.leader_epoch
+
+    assert latest(-1) == (ErrorCode.none, 5, 0)
+    assert latest(0) == (ErrorCode.none, 5, 0)
+    assert latest(1)[0] == ErrorCode.unknown_leader_epoch

@@ -129,6 +129,8 @@ class OffsetOutcome:
     error: ErrorCode
     timestamp: int = -1
     offset: int = -1
+    #: The leader epoch of the offset found (-1: unknown), as Kafka answers it.
+    leader_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -144,7 +144,8 @@ class ClassicPartitions:
             if found is None:
                 outcomes.append(OffsetOutcome(ErrorCode.none))
             else:
-                outcomes.append(OffsetOutcome(ErrorCode.none, found.timestamp, found.offset))
+                epoch = -1 if found.leader_epoch is None else found.leader_epoch
+                outcomes.append(OffsetOutcome(ErrorCode.none, found.timestamp, found.offset, epoch))
         return outcomes
 
     async def delete_records(self, deletes: Sequence[tuple[PartitionRef, int]]) -> list[DeleteOutcome]:

@@ -47,6 +47,11 @@ def coordinator_key(partition: PartitionRef) -> TopicIdPartition:
     return TopicIdPartition(partition.topic.topic_id, partition.partition, partition.name)
 
 
+def epoch_of(ref: PartitionRef) -> int:
+    """A diskless partition has one leader epoch, the image's: every offset is in it."""
+    return ref.topic.partitions[ref.partition].leader_epoch
+
+
 class DisklessPartitions:
     name = "diskless"
 
@@ -145,10 +150,10 @@ class DisklessPartitions:
                 )
                 outcomes.append(OffsetOutcome(code))
             elif exact is None:  # the batch was deleted meanwhile: the batch-level answer stands
-                outcomes.append(OffsetOutcome(answer.errors, answer.timestamp, answer.offset))
+                outcomes.append(OffsetOutcome(answer.errors, answer.timestamp, answer.offset, epoch_of(ref)))
             else:
                 offset, timestamp = exact
-                outcomes.append(OffsetOutcome(answer.errors, timestamp, offset))
+                outcomes.append(OffsetOutcome(answer.errors, timestamp, offset, epoch_of(ref)))
         return outcomes
 
     async def delete_records(self, deletes: Sequence[tuple[PartitionRef, int]]) -> list[DeleteOutcome]:

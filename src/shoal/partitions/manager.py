@@ -407,11 +407,20 @@ class Partitions:
                 resolved.append(exc)
         return resolved
 
-    async def list_offsets(self, lookups: Sequence[tuple[str, int, int]]) -> list[OffsetOutcome]:
-        """(topic, partition, timestamp) -> offset; every special timestamp of Kafka's ListOffsets."""
+    async def list_offsets(
+        self, lookups: Sequence[tuple[str, int, int]], current_leader_epochs: Sequence[int] | None = None
+    ) -> list[OffsetOutcome]:
+        """(topic, partition, timestamp) -> offset; every special timestamp of Kafka's ListOffsets.
+        With ``current_leader_epochs`` (ListOffsets v4+), a stale or future epoch is fenced (KIP-320)."""
+        resolved = self._resolve_all(lookups)
+        for i, epoch in enumerate(current_leader_epochs or ()):
+            item = resolved[i]
+            if not isinstance(item, KafkaError):
+                fenced = check_leader_epoch(item[0], epoch)
+                if fenced is not None:
+                    resolved[i] = fenced
         return await self._by_kind(
-            self._resolve_all(lookups), lambda kind, items: kind.list_offsets(items),
-            lambda exc: OffsetOutcome(exc.code),
+            resolved, lambda kind, items: kind.list_offsets(items), lambda exc: OffsetOutcome(exc.code)
         )
 
     async def end_offsets_for_epochs(
