@@ -312,7 +312,8 @@ class ReplicaFetcher:
                 self.bytes_fetched += len(records)
                 if self._throttle is not None and self._throttle[0](tp):
                     self._throttle[1].record(len(records))
-            f.log.set_high_watermark(int(p.high_watermark))
+            if int(p.high_watermark) > f.log.high_watermark:  # only forward, as Kafka's followers
+                f.log.set_high_watermark(int(p.high_watermark))
         except KafkaError as exc:
             log.error("%s-%d: appending replicated records failed: %s", tp[0], tp[1], exc.message)
             self.remove(tp)
