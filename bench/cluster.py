@@ -31,7 +31,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _free_base_port(count: int) -> int:
+def free_base_port(count: int) -> int:
     """A port p such that p..p+count-1 are free on loopback (checked, not reserved)."""
     for _ in range(200):
         with socket.socket() as s:
@@ -67,7 +67,7 @@ def _wait_listening(ports: list[int], timeout: float) -> None:
 
 def run_setup(brokers: int, args: argparse.Namespace) -> dict[str, Any]:
     """One run: start Shoal with ``brokers`` brokers, benchmark it, stop it."""
-    base = _free_base_port(brokers)
+    base = free_base_port(brokers)
     ports = list(range(base, base + brokers))
     with tempfile.TemporaryDirectory(prefix="shoal-bench-") as data_dir:
         cmd = [sys.executable, "-m", "shoal", "up", "--data-dir", data_dir,

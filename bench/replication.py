@@ -63,6 +63,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from cluster import free_base_port  # bench/cluster.py: scripts in bench/ run with it on sys.path
+
 ROOT = Path(__file__).resolve().parents[1]
 MB = 1_000_000
 
@@ -117,27 +119,6 @@ def _round(value: float | None, digits: int = 3) -> float | None:
 # --------------------------------------------------------------------------------------
 
 
-def _free_base_port(count: int) -> int:
-    """A port p such that p..p+count-1 are free on loopback (checked, not reserved)."""
-    for _ in range(200):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + count > 65000:
-            continue
-        ok = True
-        for port in range(base, base + count):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no run of free ports found")
-
-
 def _listening(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1):
@@ -160,7 +141,7 @@ class Cluster:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.count = args.brokers
-        base = _free_base_port(self.count)
+        base = free_base_port(self.count)
         self.ports = list(range(base, base + self.count))
         parent = Path(args.data_parent)
         parent.mkdir(parents=True, exist_ok=True)

@@ -27,7 +27,7 @@ from shoal.classic.replication import Replication
 from shoal.classic.replication_quota import ReplicationQuota, dynamic_rate, is_throttled
 from shoal.cluster.partition_control import PartitionControl
 from shoal.config import Config
-from shoal.metadata.image import MetadataImage, TopicImage
+from shoal.metadata.image import MetadataImage, PartitionImage, TopicImage
 from shoal.protocol.errors import ErrorCode, KafkaError
 from shoal.records.batch import BatchHeader
 from shoal.records.types import TimestampType
@@ -189,6 +189,13 @@ class ReplicaManager:
         except Exception as exc:
             log.warning("reporting offline replicas failed: %s", exc)
 
+    def effective_min_isr(self, topic: TopicImage, partition: PartitionImage) -> int:
+        """Kafka's effectiveMinIsr: ``min.insync.replicas`` (the topic's, else the broker's), at most
+        the replication factor."""
+        value = topic.configs.get("min.insync.replicas")
+        configured = int(value) if value is not None else self.default_min_isr
+        return min(configured, len(partition.replicas))
+
     def replica_counts(self) -> dict[str, int]:
         """Replication figures for the metrics (ReplicaManager's gauges, read at scrape time)."""
         image = self._image()
@@ -198,7 +205,6 @@ class ReplicaManager:
         for topic in image.topics_by_name.values():
             if topic.is_diskless:
                 continue
-            min_isr = int(topic.configs.get("min.insync.replicas", self.default_min_isr))
             for p in topic.partitions.values():
                 if p.leader < 0:
                     counts["offline"] += 1
@@ -208,7 +214,7 @@ class ReplicaManager:
                     continue
                 counts["leaders"] += 1
                 counts["under_replicated"] += len(p.isr) < len(p.replicas)
-                effective = min(min_isr, len(p.replicas))  # Kafka's effectiveMinIsr
+                effective = self.effective_min_isr(topic, p)
                 counts["under_min_isr"] += len(p.isr) < effective
                 counts["at_min_isr"] += len(p.isr) == effective
         counts["isr_shrinks"] = self.replication.isr_shrinks

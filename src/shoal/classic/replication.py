@@ -121,7 +121,7 @@ class Replication:
                 elif p.leader >= 0 and p.leader in image.brokers:
                     self._follow(tp, topic, log_, p, image)
                 else:
-                    self._resign(tp, log_)
+                    self._resign(tp)
         for tp in [*self.leaders, *self._following]:
             if tp not in seen:
                 self.forget(tp)
@@ -153,7 +153,7 @@ class Replication:
     ) -> None:
         if self._following.get(tp) == (p.leader, p.leader_epoch):
             return
-        self._resign(tp, log_)
+        self._resign(tp)
         self._stop_following(tp)
         log_.hw_follows_leo = False
         broker = image.brokers[p.leader]
@@ -172,7 +172,7 @@ class Replication:
         self._following[tp] = (p.leader, p.leader_epoch)
         log.info("%s-%d: following leader %d at epoch %d", tp[0], tp[1], p.leader, p.leader_epoch)
 
-    def _resign(self, tp: TopicPartition, log_: PartitionLog | None = None) -> None:
+    def _resign(self, tp: TopicPartition) -> None:
         state = self.leaders.pop(tp, None)
         if state is not None:
             state.fail_waiters(ErrorCode.not_leader_or_follower)

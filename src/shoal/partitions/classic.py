@@ -63,10 +63,7 @@ class ClassicPartitions:
         return self._acknowledged(partition, outcome, appended.flush_needed, replicated, options.timeout_ms)
 
     def _min_isr(self, partition: PartitionRef) -> int:
-        """Kafka's effective min ISR: ``min.insync.replicas``, at most the replication factor."""
-        value = partition.topic.configs.get("min.insync.replicas")
-        configured = int(value) if value is not None else self.replicas.default_min_isr
-        return min(configured, len(partition.topic.partitions[partition.partition].replicas))
+        return self.replicas.effective_min_isr(partition.topic, partition.topic.partitions[partition.partition])
 
     async def _acknowledged(
         self,
