@@ -476,6 +476,24 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             at_least(0),
         ),
         ConfigDef(
+            "diskless.replica.cache.start.bytes",
+            ConfigType.LONG,
+            100 * MiB,
+            "Where a diskless replica that has no cache yet starts its local cache log: about this many "
+            "bytes before the partition's log end, or at its log start when the partition holds less "
+            "(KIP-1163's policy 3). 0 starts at the log end.",
+            at_least(0),
+        ),
+        ConfigDef(
+            "diskless.replica.fetch.interval.ms",
+            ConfigType.INT,
+            100,
+            "How often a diskless replica asks the Batch Coordinator for batches other brokers committed "
+            "(batches this broker commits reach its caches at once). The replica also reports its cache's "
+            "position to the partition leader at least every `replica.fetch.wait.max.ms`.",
+            at_least(1),
+        ),
+        ConfigDef(
             "group.initial.rebalance.delay.ms",
             ConfigType.INT,
             3000,

@@ -365,14 +365,18 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             "local.retention.ms",
             ConfigType.LONG,
             -2,
-            f"With tiered storage, how long segments stay on local disk (-2: `retention.ms`). {_TIERED_ONLY}",
+            "How long segments stay on local disk (-2: `retention.ms`). On a diskless topic: how long each "
+            "replica's cache log keeps its segments (KIP-1163). On a classic topic it would act with tiered "
+            "storage, which Shoal refuses, so it is stored and described without effect there.",
             at_least(-2),
         ),
         _def(
             "local.retention.bytes",
             ConfigType.LONG,
             -2,
-            f"With tiered storage, how much a partition keeps on local disk (-2: `retention.bytes`). {_TIERED_ONLY}",
+            "How many bytes a partition keeps on local disk (-2: `retention.bytes`). On a diskless topic: how "
+            "much each replica's cache log keeps (KIP-1163). On a classic topic it would act with tiered "
+            "storage, which Shoal refuses, so it is stored and described without effect there.",
             at_least(-2),
         ),
         _def(

@@ -88,7 +88,14 @@ def test_every_broker_serves_diskless_topics_rack_aware(
     v14 = metadata_v14(b3.port, "in-rack", rack="r2")
     assert {p.leader_id for p in v14.topics[0].partitions} == {2}
     assert {p.preferred_produce_brokers for p in v14.topics[0].partitions} == {(2,)}
-    assert set(leaders(admin_client(b3.bootstrap).list_topics(timeout=10), "spread").values()) == {1, 2, 3}
+    # The replicas and ISRs shown are the true ones (one replica each, spread over the brokers):
+    # only the LeaderId is steered to the client's rack.
+    assert {p.replica_nodes for p in v14.topics[0].partitions} == {(1,), (2,), (3,)}
+    assert all(p.isr_nodes == p.replica_nodes for p in v14.topics[0].partitions)
+    # A client without a rack is given the true leaders, spread over the brokers.
+    spread = admin_client(b3.bootstrap).list_topics(timeout=10).topics["spread"].partitions
+    assert {p.leader for p in spread.values()} == {1, 2, 3}
+    assert all(list(p.replicas) == [p.leader] for p in spread.values())
 
     # A producer and a consumer in rack r2: all their diskless traffic goes to broker 2 (bytes
     # in/out per broker show it), while two producers without a rack write through every broker

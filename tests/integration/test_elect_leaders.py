@@ -2,7 +2,8 @@
 leaderships away and it came back into every ISR, a preferred election (confluent's AdminClient,
 as ``kafka-leader-election.sh --election-type preferred`` does) gives each partition back to the
 first replica of its list; asked again, it is ELECTION_NOT_NEEDED. The raw wire checks what the
-client does not show: v0's shape, ``topic_partitions`` null, unknown and diskless partitions.
+client does not show: v0's shape, ``topic_partitions`` null, unknown partitions, and a diskless
+partition, elected like a classic one (KIP-1163: its replicas are caches, any alive one may lead).
 """
 
 from __future__ import annotations
@@ -44,8 +45,12 @@ def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cluster]
 
 
 def partitions_of(cluster: Cluster, via: int | None = None, **wait: Any) -> dict[int, Any]:
-    md = cluster.wait_for(lambda md: TOPIC in md.topics, f"{TOPIC} in metadata", via=via, **wait)
-    return dict(md.topics[TOPIC].partitions)
+    return partitions_of_topic(cluster, TOPIC, via, **wait)
+
+
+def partitions_of_topic(cluster: Cluster, topic: str, via: int | None = None, **wait: Any) -> dict[int, Any]:
+    md = cluster.wait_for(lambda md: topic in md.topics, f"{topic} in metadata", via=via, **wait)
+    return dict(md.topics[topic].partitions)
 
 
 def wait_partitions(cluster: Cluster, predicate: Any, what: str, via: int | None = None) -> dict[int, Any]:
@@ -133,13 +138,17 @@ def test_preferred_election_returns_leadership_after_a_restart(cluster: Cluster)
     assert got[(TOPIC, 0)] == (ErrorCode.election_not_needed, "Leader election not needed for topic partition.")
     assert got[(TOPIC, PARTITIONS)] == (ErrorCode.unknown_topic_or_partition, f"No such partition as {TOPIC}-{PARTITIONS}")
     assert got[("no-such-topic", 0)] == (ErrorCode.unknown_topic_or_partition, "No such topic as no-such-topic")
-    code, message = got[("diskless-elected", 0)]
-    assert code == ErrorCode.invalid_request and message is not None and "diskless" in message, message
+    # The diskless partition's preferred replica (its first) leads it since its creation.
+    diskless = partitions_of_topic(cluster, "diskless-elected")
+    assert diskless[0].leader == diskless[0].replicas[0], diskless[0]
+    assert got[("diskless-elected", 0)] == (ErrorCode.election_not_needed, "Leader election not needed for topic partition.")
     # topic_partitions null = every partition: those whose election was not needed are left out,
-    # each classic topic is still listed; diskless topics are not.
+    # each topic (diskless ones too) is still listed.
     everything = elect_wire(port, 2, None)
     assert everything.error_code == ErrorCode.none
-    assert [(r.topic, r.partition_result) for r in everything.replica_election_results] == [(TOPIC, ())]
+    assert [(r.topic, r.partition_result) for r in everything.replica_election_results] == [
+        ("diskless-elected", ()), (TOPIC, ())
+    ]
     # An election type Kafka does not have: the whole request is refused, each partition too.
     unknown = elect_wire(port, 2, [(TOPIC, [0])], election_type=5)
     assert unknown.error_code == ErrorCode.invalid_request

@@ -17,6 +17,7 @@ consumer (the range cache off, so every Fetch reads storage).
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 import uuid
@@ -328,17 +329,22 @@ def test_s3_server_frozen_and_back(broker_factory: BrokerFactory, moto_s3: Any, 
 @pytest.mark.timeout(120)
 def test_consumer_reads_everything_through_failing_object_reads(broker_factory: BrokerFactory,
                                                                 tmp_path: Path) -> None:
-    """Object GETs fail for a few seconds while a consumer reads (no range cache, so every read is a GET):
-    it still gets every record exactly once, in order, and the broker stays up."""
+    """Object GETs fail for a few seconds while a consumer reads directly from object storage (no
+    range cache, so every read is a GET; the broker's cache replica was dropped and restarts at the
+    log end, so the records are older than it): it still gets every record exactly once, in
+    order, and the broker stays up."""
     control = tmp_path / "storage-faults.json"
     objects = tmp_path / "objects"
     objects.mkdir()
     broker = broker_factory(storage_url=f"faulty+file://{objects}?control={control}",
-                            overrides={"diskless.fetch.cache.max.bytes": 0})
+                            overrides={"diskless.fetch.cache.max.bytes": 0, "diskless.replica.cache.start.bytes": 0})
     topic = f"reads-{uuid.uuid4().hex[:8]}"
     create_diskless_topic(broker.bootstrap, topic, partitions=2)
     sent = make_workload(3000, 2, "reads", seed=5)
     confluent_produce(broker.bootstrap, topic, sent)
+    broker.stop()
+    shutil.rmtree(broker.log_dir / "diskless-cache")
+    broker.start()
     storage_faults.write_control_file(control, {"fetch": Fault(failure_rate=1.0)})
     healer = threading.Timer(FAULT_S, control.unlink)
     healer.start()

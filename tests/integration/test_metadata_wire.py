@@ -111,6 +111,7 @@ def test_metadata_v14_marks_diskless_topic(broker: BrokerProcess, diskless_topic
     assert sorted(p["partition_index"] for p in topic["partitions"]) == [0, 1, 2, 3]
     for p in topic["partitions"]:
         assert p["error_code"] == 0 and p["leader_id"] == 1, p
+        assert p["replica_nodes"] == p["isr_nodes"] == [1], p  # its true replicas: one, on broker 1
         assert p["preferred_produce_brokers"] == [1], (
             f"PreferredProduceBrokers {p['preferred_produce_brokers']}"
         )

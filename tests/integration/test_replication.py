@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import os
 import random
-import signal
 import subprocess
 import threading
 import time
@@ -170,8 +168,7 @@ def test_min_insync_replicas_and_isr_shrink_and_expand(cluster: Cluster) -> None
     followers = [b for b in cluster.brokers if b.node_id != leader]
     assert wire_produce(leader_broker.port, topic, 0, [(b"k", b"before")]) == (0, 0)
     for b in followers:
-        assert b.proc is not None
-        os.kill(b.proc.pid, signal.SIGSTOP)
+        cluster.pause(b.node_id)
     try:
         wait_until(
             lambda: isrs(cluster, topic, via=leader)[0][1] == [leader], "the ISR shrinking to the leader", 30
@@ -191,7 +188,7 @@ def test_min_insync_replicas_and_isr_shrink_and_expand(cluster: Cluster) -> None
         assert wire_produce(leader_broker.port, topic, 0, [(b"k", b"acks-1")], acks=1) == (0, 1)
     finally:
         for b in followers:
-            os.kill(b.proc.pid, signal.SIGCONT)  # type: ignore[union-attr]
+            cluster.resume(b.node_id)
     wait_until(lambda: isrs(cluster, topic, via=leader)[0][1] == [1, 2, 3], "the followers rejoining the ISR", 60)
     assert wire_produce(leader_broker.port, topic, 0, [(b"k", b"after")]) == (0, 2)
     wait_until(
@@ -242,10 +239,9 @@ def test_jepsen_queue_under_sigkill_sigstop_and_restarts(cluster: Cluster) -> No
                 victim.start()
             else:
                 faults.append(f"SIGSTOP {victim.node_id}")
-                assert victim.proc is not None
-                os.kill(victim.proc.pid, signal.SIGSTOP)
+                cluster.pause(victim.node_id)
                 time.sleep(rng.uniform(1, 4))
-                os.kill(victim.proc.pid, signal.SIGCONT)
+                cluster.resume(victim.node_id)
             time.sleep(rng.uniform(2, 4))
         cluster.wait_for(lambda md: len(md.brokers) == 3, "every broker back")
         wait_until(

@@ -134,11 +134,10 @@ def diverge(cluster: Cluster, topic: str) -> tuple[list[bytes], list[bytes]]:
     """Write ``before`` with both replicas in sync, then ``during`` with broker 2 stopped and out of
     the ISR (so only broker 1 has them), SIGKILL broker 1 and continue broker 2. Returns
     (before, during), every record acknowledged."""
-    b1, b2 = cluster.broker(1), cluster.broker(2)
+    b1 = cluster.broker(1)
     before = [f"before-{i}".encode() for i in range(20)]
     produce(cluster, 1, topic, before, acks=-1)  # acks=all, ISR [1, 2]: broker 2 has them
-    assert b2.proc is not None
-    os.kill(b2.proc.pid, signal.SIGSTOP)
+    cluster.pause(2)
     try:
         partition(cluster, topic, lambda p, _: p.leader == 1 and sorted(p.isrs) == [1], "ISR shrunk to [1]")
         during = [f"during-{i}".encode() for i in range(20)]
@@ -146,7 +145,7 @@ def diverge(cluster: Cluster, topic: str) -> tuple[list[bytes], list[bytes]]:
         produce(cluster, 1, topic, during[10:], acks=-1)  # acks=all: ISR [1] meets min.insync.replicas=1
         b1.kill()
     finally:
-        os.kill(b2.proc.pid, signal.SIGCONT)
+        cluster.resume(2)
     return before, during
 
 

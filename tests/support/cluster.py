@@ -3,6 +3,10 @@ as an operator runs it (one server.properties per broker, distinct node ids and 
 
 from __future__ import annotations
 
+import os
+import random
+import signal
+import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -44,6 +48,27 @@ class Cluster:
 
     def broker(self, node_id: int) -> BrokerProcess:
         return self.brokers[node_id - 1]
+
+    def pause(self, node_id: int) -> None:
+        """SIGSTOP broker ``node_id``, but never while it holds the write lock of the shared SQLite
+        store: a stopped lock holder stalls every other broker's writes (heartbeats, fencing)
+        until SIGCONT, and SQLite cannot break another process's lock. (Brokers on several hosts
+        share PostgreSQL, where a stopped broker holds no lock the others wait on.)"""
+        proc = self.broker(node_id).proc
+        assert proc is not None
+        path = self.store_url.removeprefix("sqlite:///") if self.store_url.startswith("sqlite:///") else None
+        for _ in range(100):
+            os.kill(proc.pid, signal.SIGSTOP)
+            if path is None or not _write_locked(path):
+                return
+            os.kill(proc.pid, signal.SIGCONT)
+            time.sleep(random.uniform(0.005, 0.05))
+        raise AssertionError(f"broker {node_id} kept holding the SQLite write lock")
+
+    def resume(self, node_id: int) -> None:
+        proc = self.broker(node_id).proc
+        assert proc is not None
+        os.kill(proc.pid, signal.SIGCONT)
 
     def scrape(self, node_id: int) -> Samples:
         """Broker ``node_id``'s /metrics samples."""
@@ -92,3 +117,16 @@ class Cluster:
                 pass
             time.sleep(0.2)
         raise AssertionError(f"{what}: not reached within {timeout}s; last metadata {md}\n{self.log_tails()}")
+
+
+def _write_locked(path: str) -> bool:
+    """Whether another connection holds the SQLite file's write lock now."""
+    conn = sqlite3.connect(path, timeout=0, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("ROLLBACK")
+        return False
+    except sqlite3.OperationalError:
+        return True
+    finally:
+        conn.close()

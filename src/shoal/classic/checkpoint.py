@@ -249,3 +249,12 @@ def kafka_uuid_str(topic_id: uuid.UUID | str) -> str:
     if isinstance(topic_id, uuid.UUID):
         return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode()
     return topic_id
+
+
+def parse_kafka_uuid(text: str) -> uuid.UUID | None:
+    """A topic id from Kafka's string form (``kafka_uuid_str``), None when it is not one."""
+    try:
+        topic_id = uuid.UUID(bytes=base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
+    except ValueError:
+        return None
+    return topic_id if kafka_uuid_str(topic_id) == text else None

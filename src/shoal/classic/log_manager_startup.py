@@ -41,6 +41,9 @@ _log = logging.getLogger("shoal.classic.log_manager")
 _SPECIAL_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)\.(?P<id>[0-9a-f]{32})-(?P<kind>delete|future)$")
 _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 
+#: The folder of a log dir where diskless cache replicas keep their cache logs (``cache_replicas``).
+DISKLESS_CACHE_DIR = "diskless-cache"
+
 
 class LogDirConfigError(Exception):
     """A log dir belongs to another cluster or node: Kafka refuses to start, and so do we."""
@@ -128,6 +131,8 @@ class StartupMixin:
                     shutil.rmtree(child)
                     continue
                 match = special or _PARTITION_DIR.match(entry)
+                if match is None and entry == DISKLESS_CACHE_DIR:
+                    continue
                 if match is None:
                     _log.warning("Ignoring %s: not a partition dir (<topic>-<partition>)", child)
                     continue

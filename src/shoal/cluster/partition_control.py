@@ -1,14 +1,18 @@
-"""Changes of classic partitions' leadership and ISR that brokers ask for, decided on the
-metadata image and appended by compare-and-append (as every broker decides topic changes).
+"""Changes of partitions' leadership and ISR that brokers ask for, decided on the metadata image
+and appended by compare-and-append (as every broker decides topic changes). Classic and diskless
+partitions both have replicas; a diskless ISR is the replicas in sync with the Batch Coordinator,
+which need not include the leader (``shoal.cluster.election`` has the rules).
 
 - ``alter_isr``: a leader shrinks or expands its ISR (Kafka's AlterPartition): refused unless the
   leader and partition epochs it saw are still current, so a deposed leader changes nothing.
-- ``shut_down``: controlled shutdown moves a broker's leaderships to other ISR replicas and
+- ``shut_down``: controlled shutdown moves a broker's leaderships to other replicas and
   takes it out of ISRs before it stops.
 - ``replicas_offline``: a broker whose log dir failed reports the replicas on it (KIP-112): they
   leave ISRs, their leaderships move, Metadata lists them as offline; ``replicas_online`` undoes
   it once the dir is repaired.
-- ``elect_preferred``: ElectLeaders (preferred) and the automatic leader rebalance.
+- ``elect_preferred``: ElectLeaders (preferred) and the automatic leader rebalance;
+  ``elect_unclean``: ElectLeaders (unclean).
+- ``alter_reassignments``: AlterPartitionReassignments (KIP-455), of classic and diskless replicas.
 
 Methods block (they read and append the metadata store): call them off the event loop.
 """
@@ -25,10 +29,10 @@ from shoal.cluster.election import (
     can_lead,
     cancel_reassignment,
     change_for,
-    classic_partitions,
     elect,
     failover_changes,
     preferred_changes,
+    replicated_partitions,
     start_reassignment,
 )
 from shoal.metadata.image import MetadataImage, PartitionImage, TopicImage
@@ -40,6 +44,8 @@ log = logging.getLogger(__name__)
 
 CONFLICT_RETRIES = 20
 T = TypeVar("T")
+#: An unclean election's outcome per partition, and the classic partitions it elected.
+_Elected = tuple[dict[tuple[str, int], str | None], list[tuple[str, int]]]
 
 
 class PartitionControl:
@@ -79,7 +85,9 @@ class PartitionControl:
         self, topic_id: uuid.UUID, partition: int, leader_epoch: int, partition_epoch: int, isr: Sequence[int]
     ) -> PartitionImage:
         """The leader's new ISR (AlterPartition). Returns the partition as changed; KafkaError with
-        AlterPartition's codes when the leader is stale or the ISR not allowed."""
+        AlterPartition's codes when the leader is stale or the ISR not allowed. A classic ISR must
+        include the leader; a diskless one (in sync with the Batch Coordinator) may leave it out,
+        and may be empty."""
 
         def decide(image: MetadataImage) -> tuple[list[MetadataRecord], PartitionImage]:
             topic = image.topics_by_id.get(topic_id)
@@ -101,7 +109,9 @@ class PartitionControl:
                     f"partition epoch {partition_epoch} of {name} is not {p.partition_epoch}",
                 )
             wanted = tuple(b for b in p.replicas if b in isr)
-            if self._node_id not in wanted or len(wanted) != len(set(isr)):
+            if len(wanted) != len(set(isr)):
+                raise KafkaError(ErrorCode.invalid_request, f"ISR {list(isr)} of {name} is not a set of its replicas")
+            if not topic.is_diskless and self._node_id not in wanted:
                 raise KafkaError(ErrorCode.invalid_request, f"ISR {list(isr)} of {name} is not a set of its replicas with the leader")
             added = [b for b in wanted if b not in p.isr]
             if any(not can_lead(image, p, b) for b in added):
@@ -116,8 +126,9 @@ class PartitionControl:
     # ------------------------------------------------------------------------ broker departures
 
     def shut_down(self, node_id: int) -> int:
-        """Controlled shutdown: ``node_id`` leaves every ISR it is not the last member of, and its
-        leaderships move to the first eligible ISR replica. Returns how many partitions changed."""
+        """Controlled shutdown: ``node_id`` leaves every ISR (a classic one only when it is not its
+        last member), and its leaderships move to the first eligible replica (``failover_changes``).
+        Returns how many partitions changed."""
 
         def decide(image: MetadataImage) -> tuple[list[MetadataRecord], int]:
             changes: list[MetadataRecord] = list(failover_changes(image, self._unclean_for, leaving=(node_id,)))
@@ -173,20 +184,23 @@ class PartitionControl:
         self, partitions: Collection[tuple[str, int]] | None = None
     ) -> dict[tuple[str, int], str | None]:
         """Unclean leader election (ElectLeaders type 1) of leaderless ``partitions`` (all when
-        None): the first alive replica leads, alone in the ISR. Per partition, None when elected,
+        None): the first alive replica leads, alone in the ISR. A diskless partition elects as
+        failover does (an ISR replica first, else any; the ISR unchanged), which loses nothing:
+        it is not counted or logged as unclean. Per partition, None when elected,
         ``ELECTION_NOT_NEEDED`` when it has a leader, else why none could be elected."""
 
-        def decide(image: MetadataImage) -> tuple[list[MetadataRecord], dict[tuple[str, int], str | None]]:
+        def decide(image: MetadataImage) -> tuple[list[MetadataRecord], _Elected]:
             changes: list[MetadataRecord] = []
             outcome: dict[tuple[str, int], str | None] = {}
-            for topic, p in classic_partitions(image):
+            unclean: list[tuple[str, int]] = []  # the classic partitions elected
+            for topic, p in replicated_partitions(image):
                 key = (topic.name, p.partition)
                 if partitions is not None and key not in partitions:
                     continue
                 if p.leader != NO_LEADER:
                     outcome[key] = "ELECTION_NOT_NEEDED"
                     continue
-                leader, isr = elect(image, p, p.isr, unclean=True)
+                leader, isr = elect(image, p, p.isr, unclean=True, diskless=topic.is_diskless)
                 if leader == NO_LEADER:
                     outcome[key] = f"Failed to elect leader for partition {topic.name}-{p.partition} under strategy UncleanPartitionLeaderElectionStrategy"
                     continue
@@ -194,12 +208,13 @@ class PartitionControl:
                 assert change is not None
                 changes.append(change)
                 outcome[key] = None
-            return changes, outcome
+                if not topic.is_diskless:
+                    unclean.append(key)
+            return changes, (outcome, unclean)
 
-        outcome = self._decide(decide)
-        elected = [key for key, why in outcome.items() if why is None]
-        self.unclean_elections += len(elected)
-        for topic, partition in elected:
+        outcome, unclean = self._decide(decide)
+        self.unclean_elections += len(unclean)
+        for topic, partition in unclean:
             log.warning("unclean leader election of %s-%d (ElectLeaders): records only the old ISR had are lost",
                         topic, partition)
         return outcome
@@ -220,13 +235,6 @@ class PartitionControl:
                 p = topic.partitions.get(index) if topic is not None else None
                 if topic is None or p is None:
                     outcome[(name, index)] = (ErrorCode.unknown_topic_or_partition, f"Unable to find partition {name}-{index}.")
-                    continue
-                if topic.is_diskless:
-                    outcome[(name, index)] = (
-                        ErrorCode.invalid_request,
-                        f"{name} is a diskless topic: its data is in object storage and any broker serves it; "
-                        "there are no replicas to move.",
-                    )
                     continue
                 try:
                     if target is None:
@@ -269,9 +277,9 @@ def check_replica_assignment(image: MetadataImage, replicas: tuple[int, ...]) ->
 def reassignments_in_progress(
     image: MetadataImage, partitions: Collection[tuple[str, int]] | None = None
 ) -> list[tuple[str, int, PartitionImage]]:
-    """ListPartitionReassignments: the classic partitions with a reassignment going on."""
+    """ListPartitionReassignments: the partitions (classic and diskless) with a reassignment going on."""
     found = []
-    for topic, p in classic_partitions(image):
+    for topic, p in replicated_partitions(image):
         if (partitions is None or (topic.name, p.partition) in partitions) and (p.adding_replicas or p.removing_replicas):
             found.append((topic.name, p.partition, p))
     return found

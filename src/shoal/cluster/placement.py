@@ -1,7 +1,9 @@
 """Where things live among the brokers that are alive (unfenced), decided the same way by every
 broker from its metadata image, so no broker has to ask another.
 
-- A diskless partition is served by any broker: clients get one in their own rack (KIP-1163).
+- A diskless partition is served by any broker: clients get one in their own rack (KIP-1163),
+  and consumers read from a replica in their rack, in sync with the Batch Coordinator when one is
+  there (``diskless_read_replica``).
 - A group's coordinator is the owner of the group's coordinator partition, computed exactly as
   Kafka picks the group's ``__consumer_offsets`` partition (GroupCoordinatorService.partitionFor:
   ``Utils.abs(groupId.hashCode()) % offsets.topic.num.partitions``);
@@ -12,7 +14,7 @@ broker from its metadata image, so no broker has to ask another.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from shoal.metadata.image import MetadataImage, PartitionImage
 
@@ -100,3 +102,38 @@ def preferred_read_replica(image: MetadataImage, partition: PartitionImage, clie
         ):
             return b
     return None
+
+
+def alive_replicas(
+    image: MetadataImage, partition: PartitionImage, rack: str | None = None, offline: Collection[int] = ()
+) -> list[int]:
+    """The partition's replicas on alive brokers (registered, unfenced, the replica not in
+    ``offline_replicas`` nor ``offline``), only those in ``rack`` when it is given: the ISR
+    members first, then the others, each in replica order."""
+    alive = [
+        b for b in partition.replicas
+        if (broker := image.brokers.get(b)) is not None and not broker.fenced
+        and b not in partition.offline_replicas and b not in offline
+        and (rack is None or broker.rack == rack)
+    ]
+    return [b for b in alive if b in partition.isr] + [b for b in alive if b not in partition.isr]
+
+
+def diskless_read_replica(
+    image: MetadataImage, partition: PartitionImage, client_rack: str | None, node_id: int
+) -> int | None:
+    """KIP-1163's consume path: the replica a consumer in ``client_rack`` whose Fetch of a diskless
+    partition reached broker ``node_id`` should read from (PreferredReadReplica). The candidates
+    are the alive replicas in that rack, the ones in sync (with the Batch Coordinator) first: an
+    out-of-sync one is used only when no in-sync one is in the rack. None (this broker serves the
+    fetch) when ``node_id`` is one of the best candidates (the in-sync ones, or all of them when
+    none is in sync), or when the client has no rack or no replica is alive in it."""
+    if not client_rack:
+        return None
+    candidates = alive_replicas(image, partition, client_rack)
+    if not candidates:
+        return None
+    in_sync = [b for b in candidates if b in partition.isr]
+    if node_id in (in_sync or candidates):
+        return None
+    return candidates[0]

@@ -60,9 +60,10 @@ class DisklessReader:
         self._metrics = metrics
 
     async def read(
-        self, requests: list[tuple[TopicIdPartition, int, int]], fetch_max_bytes: int
+        self, requests: list[tuple[TopicIdPartition, int, int]], fetch_max_bytes: int, *, for_cache: bool = False
     ) -> list[PartitionRead]:
-        """Read (partition, fetch offset, partition max bytes) requests; results in request order."""
+        """Read (partition, fetch offset, partition max bytes) requests; results in request order.
+        ``for_cache``: the reads fill cache replicas' logs rather than answer a consumer (metrics)."""
         finds = [FindBatchRequest(tp, offset, max_bytes) for tp, offset, max_bytes in requests]
         found = await self._run_blocking(self._coordinator.find_batches, finds, fetch_max_bytes)
         all_batches = [b for response in found for b in response.batches]
@@ -77,7 +78,10 @@ class DisklessReader:
         views = await asyncio.gather(
             *(self._cache.get_or_fetch(s.key, s.start, s.end, lambda s=s: get(s)) for s in spans)
         )
-        self._metrics.fetch_done(gets)
+        if for_cache:
+            self._metrics.cache_fill_done(gets)
+        else:
+            self._metrics.fetch_done(gets)
         fetched = dict(zip(spans, views, strict=True))
         spans_by_key: dict[str, list[Span]] = {}
         for span in fetched:

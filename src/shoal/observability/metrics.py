@@ -43,6 +43,7 @@ kafka_diskless_object_cleaner_errors_total (phase)         cleaner rounds skippe
 kafka_diskless_retention_deleted_batches_total             batches deleted by time/size retention
 kafka_diskless_retention_deleted_bytes_total               bytes of those batches
 kafka_diskless_retention_errors_total                      retention rounds that failed
+(diskless cache replicas)                                  see ``cache_metrics``
 kafka_controller_kafkacontroller_activecontrollercount     kafka.controller:type=KafkaController,
                                                            name=ActiveControllerCount (1 on the lease holder)
 kafka_controller_kafkacontroller_activebrokercount         ...name=ActiveBrokerCount (unfenced brokers)
@@ -65,6 +66,8 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from shoal.observability.cache_metrics import CacheMetrics
 
 __all__ = ["BrokerMetrics", "MetricsServer", "start_metrics_server"]
 
@@ -233,7 +236,7 @@ class _ReplicaCollector(Collector):
 class BrokerMetrics:
     """One broker's metrics; the methods are the calls the broker makes where things happen."""
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(self, registry: CollectorRegistry | None = None, broker_rack: str | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         self._cluster: ClusterView | None = None
         r = self.registry
@@ -320,6 +323,8 @@ class BrokerMetrics:
             "kafka_diskless_retention_errors", "Retention rounds that failed.", registry=r
         )
         self._cache_collector: _CacheCollector | None = None
+        #: Diskless cache replicas (``cache_metrics``).
+        self.caches = CacheMetrics(r, broker_rack)
 
     # ------------------------------------------------------------------ requests and topics
 
@@ -376,6 +381,10 @@ class BrokerMetrics:
         """One read of diskless partitions finished, having issued ``object_gets`` GETs."""
         self._fetches.inc()
         self._gets_per_fetch.observe(object_gets)
+
+    def cache_fill_done(self, object_gets: int) -> None:
+        """One round filling cache replicas finished, having issued ``object_gets`` GETs."""
+        self.caches.fill_done(object_gets)
 
     def object_get_done(self, size: int, seconds: float) -> None:
         """One ranged GET returned ``size`` bytes in ``seconds``."""

@@ -107,6 +107,8 @@ class ReadOutcome:
     records: bytes = b""
     #: KIP-392: the replica the consumer should read this partition from instead (-1: here).
     preferred_read_replica: int = -1
+    #: A diskless read answered from this broker's cache replica (not object storage).
+    from_cache: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from shoal.cache_replicas.manager import CacheReplicas
 from shoal.coordinator.api import (
     BatchCoordinator,
     CommitBatchResponse,
@@ -64,8 +65,10 @@ class DisklessPartitions:
         cleaner: ObjectCleaner,
         run_blocking: Callable[..., Awaitable[Any]],
         image: Callable[[], MetadataImage],
+        caches: CacheReplicas | None = None,
     ) -> None:
         self._image = image
+        self._caches = caches
         self._coordinator = coordinator
         self._appender = appender
         self._reader = reader
@@ -76,6 +79,8 @@ class DisklessPartitions:
     async def start(self) -> None:
         await self.ensure_topics([t for t in self._image().topics_by_name.values() if t.is_diskless])
         self._appender.start()
+        if self._caches is not None:
+            await self._caches.start()
         self._retention.start()
         self._cleaner.start()
 
@@ -83,6 +88,8 @@ class DisklessPartitions:
         # Flushes the active WAL segment and waits for its upload and commit, so every
         # request already accepted is answered with its real outcome.
         await self._appender.close()
+        if self._caches is not None:
+            await self._caches.stop()
         await self._retention.stop()
         await self._cleaner.stop()
 
@@ -107,17 +114,48 @@ class DisklessPartitions:
         return _settle(futures)
 
     async def read(self, reads: Sequence[KindRead], max_bytes: int, min_one_batch: bool) -> list[ReadOutcome]:
-        # The coordinator always returns the first batch: Kafka's min-one rule holds by itself.
-        try:
-            results = await self._reader.read(
-                [(coordinator_key(r.partition), r.fetch_offset, r.max_bytes) for r in reads], max_bytes
+        """Replicas' Fetches are answered with no records (the leader notes where their caches
+        end); consumers' reads come from this broker's cache replica when it is in sync and holds
+        the offset, else straight from object storage (KIP-1163 "Consume path")."""
+        answers: dict[int, ReadOutcome] = {}
+        direct: list[int] = []
+        used = 0
+        for i, r in enumerate(reads):
+            if r.replica_id >= 0:
+                answers[i] = self._replica_fetch(r)
+                continue
+            cached = (
+                self._caches.read(r.partition.wake_key, r.fetch_offset, min(r.max_bytes, max(max_bytes - used, 0)),
+                                  min_one_batch and used == 0)
+                if self._caches is not None else None
             )
-        except Exception as exc:  # object storage or coordinator unreachable: retriable, keep the connection
-            log.warning("diskless read failed, answering KAFKA_STORAGE_ERROR: %s: %s", type(exc).__name__, exc)
-            results = [PartitionRead(ErrorCode.kafka_storage_error, -1, -1, b"") for _ in reads]
-        return [
-            ReadOutcome(r.error, r.high_watermark, r.high_watermark, r.log_start_offset, r.records) for r in results
-        ]
+            if cached is None:
+                direct.append(i)
+                continue
+            answers[i] = ReadOutcome(ErrorCode.none, cached.high_watermark, cached.high_watermark,
+                                     cached.log_start_offset, cached.records, from_cache=True)
+            used += len(cached.records)
+        if direct:
+            # The coordinator always returns the first batch: Kafka's min-one rule holds by itself.
+            try:
+                results = await self._reader.read(
+                    [(coordinator_key(reads[i].partition), reads[i].fetch_offset, reads[i].max_bytes) for i in direct],
+                    max(max_bytes - used, 0),
+                )
+            except Exception as exc:  # object storage or coordinator unreachable: retriable, keep the connection
+                log.warning("diskless read failed, answering KAFKA_STORAGE_ERROR: %s: %s", type(exc).__name__, exc)
+                results = [PartitionRead(ErrorCode.kafka_storage_error, -1, -1, b"") for _ in direct]
+            for i, result in zip(direct, results, strict=True):
+                answers[i] = ReadOutcome(result.error, result.high_watermark, result.high_watermark,
+                                         result.log_start_offset, result.records)
+        return [answers[i] for i in range(len(reads))]
+
+    def _replica_fetch(self, r: KindRead) -> ReadOutcome:
+        """A replica reports where its cache ends; the leader answers with no records."""
+        if self._caches is None:
+            return ReadOutcome(ErrorCode.not_leader_or_follower)
+        error, hw, log_start = self._caches.follower_fetch(r.partition.wake_key, r.replica_id, r.fetch_offset)
+        return ReadOutcome(error, hw, hw, log_start) if error == ErrorCode.none else ReadOutcome(error)
 
     async def list_offsets(self, lookups: Sequence[tuple[PartitionRef, int]]) -> list[OffsetOutcome]:
         requests = [ListOffsetsRequest(coordinator_key(ref), timestamp) for ref, timestamp in lookups]
@@ -210,10 +248,13 @@ class DisklessPartitions:
         await self._run_blocking(self._coordinator.delete_topics, {topic.topic_id})
 
     def topic_config_changed(self, topic: TopicImage) -> None:
-        """Diskless topics read their configs from the image at each use: nothing to do."""
+        """Diskless topics read their configs from the image at each use (cache logs take theirs
+        in ``publish``)."""
 
     async def publish(self, image: MetadataImage) -> None:
-        """Any broker serves every diskless partition: no role to take up."""
+        """Any broker serves every diskless partition; the replicas placed here keep caches."""
+        if self._caches is not None:
+            await self._caches.publish(image)
 
 
 async def _none() -> None:

@@ -1,16 +1,17 @@
 """Builds the partitions seam and its kinds for a broker: the classic replica manager on the
-JBOD log dirs, and the diskless data plane (appender, reader, range cache, retention, object
-cleaner) on the Batch Coordinator and object storage."""
+JBOD log dirs, and the diskless data plane (appender, reader, range cache, cache replicas,
+retention, object cleaner) on the Batch Coordinator and object storage."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+from shoal.cache_replicas.manager import CacheReplicas
 from shoal.classic.replica_manager import ReplicaManager
 from shoal.cluster.partition_control import PartitionControl
 from shoal.config import Config
-from shoal.coordinator.api import BatchCoordinator
+from shoal.coordinator.api import BatchCoordinator, TopicIdPartition
 from shoal.diskless.append import Appender
 from shoal.diskless.cache import RangeCache
 from shoal.diskless.cleaner import ObjectCleaner
@@ -57,6 +58,14 @@ def build_partitions(
 
     cache = RangeCache(config["diskless.fetch.cache.max.bytes"])
     metrics.track_cache(cache)
+    reader = DisklessReader(storage, coordinator, run_blocking, cache, metrics)
+    caches = CacheReplicas(config, node_id, image, reader, coordinator, run_blocking, control, notifier.committed)
+    metrics.caches.track(caches)
+
+    def committed(partitions: Iterable[TopicIdPartition]) -> None:
+        notifier.committed((tp.topic_id, tp.partition) for tp in partitions)
+        caches.committed()
+
     appender = Appender(
         storage,
         coordinator,
@@ -65,10 +74,9 @@ def build_partitions(
         config["diskless.append.commit.interval.ms"],
         config["diskless.append.buffer.max.bytes"],
         cache,
-        lambda committed: notifier.committed((tp.topic_id, tp.partition) for tp in committed),
+        committed,
         metrics,
     )
-    reader = DisklessReader(storage, coordinator, run_blocking, cache, metrics)
     retention = RetentionTask(
         coordinator,
         run_blocking,
@@ -87,5 +95,5 @@ def build_partitions(
         metrics=metrics,
     )
     retention.runs_here = cleaner.runs_here = is_controller
-    diskless = DisklessPartitions(coordinator, appender, reader, retention, cleaner, run_blocking, image)
+    diskless = DisklessPartitions(coordinator, appender, reader, retention, cleaner, run_blocking, image, caches)
     return Partitions(config, image, {"classic": classic, "diskless": diskless}, classic, notifier, metrics)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from shoal.cluster.placement import preferred_read_replica
+from shoal.cluster.placement import diskless_read_replica, preferred_read_replica
 from shoal.config import Config
 from shoal.metadata.image import MetadataImage, TopicImage
 from shoal.observability.metrics import BrokerMetrics
@@ -327,7 +327,7 @@ class Partitions:
                     continue
                 elsewhere = self._read_replica_elsewhere(image, ref, options)
                 if elsewhere is not None:
-                    state = (await self._classic.describe([ref]))[0]
+                    state = (await self.kind_of(topic).describe([ref]))[0]
                     slots.append(ReadOutcome(ErrorCode.none, state.high_watermark, state.high_watermark,
                                              state.log_start_offset, preferred_read_replica=elsewhere))
                     continue
@@ -352,6 +352,8 @@ class Partitions:
         for r, o in zip(reads, outcomes, strict=True):
             if o.records:
                 self._metrics.bytes_out(r.partition.name, len(o.records), to_follower=options.replica_id >= 0)
+                if r.partition.topic.is_diskless:
+                    self._metrics.caches.fetched(len(o.records), o.from_cache, options.client_rack)
         answers = iter(outcomes)
         return [next(answers) if isinstance(s, KindRead) else s for s in slots]
 
@@ -366,15 +368,18 @@ class Partitions:
         )
 
     def _read_replica_elsewhere(self, image: MetadataImage, ref: PartitionRef, options: FetchOptions) -> int | None:
-        """With ``replica.selector.class`` set, the leader sends a consumer in another rack to an
-        in-sync replica in its own (KIP-392's PreferredReadReplica), with no records."""
-        if (
-            self._config["replica.selector.class"] is None or options.replica_id >= 0 or not options.client_rack
-            or ref.topic.is_diskless
-        ):
+        """KIP-392's PreferredReadReplica (with no records) for a consumer that sent its rack.
+        A classic partition's leader, with ``replica.selector.class`` set, sends it to an in-sync
+        replica in its rack. A diskless partition's broker, any of them, sends it to a replica in
+        its rack, in-sync ones first (KIP-1163 "Consume path"), unless this broker is one."""
+        if options.replica_id >= 0 or not options.client_rack:
             return None
         p = ref.topic.partitions[ref.partition]
-        if p.leader != self._node_id:
+        if ref.topic.is_diskless:
+            if not options.follower_reads:
+                return None  # Fetch before v11 cannot be sent elsewhere
+            return diskless_read_replica(image, p, options.client_rack, self._node_id)
+        if self._config["replica.selector.class"] is None or p.leader != self._node_id:
             return None
         return preferred_read_replica(image, p, options.client_rack)
 

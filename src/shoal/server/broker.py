@@ -136,7 +136,7 @@ class Broker:
 
         storage_url = object_storage_url(config)
         self._storage = storage = open_object_storage(storage_url)
-        self.metrics = metrics = BrokerMetrics()
+        self.metrics = metrics = BrokerMetrics(broker_rack=config["broker.rack"])
         metrics.track_cluster(self)
         self._partitions = partitions = build_partitions(
             config, self.node_id, cluster_id, lambda: metadata.image, stores.coordinator, storage, metrics,

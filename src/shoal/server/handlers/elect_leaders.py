@@ -1,14 +1,15 @@
-"""ElectLeaders (43, v0-2): preferred (type 0) and unclean (type 1) leader election of classic
-partitions, answered as Kafka's controller answers it (ReplicationControlManager.electLeaders):
+"""ElectLeaders (43, v0-2): preferred (type 0) and unclean (type 1) leader election of classic and
+diskless partitions, answered as Kafka's controller answers it (ReplicationControlManager.electLeaders):
 
 - per listed partition: NONE when elected, ELECTION_NOT_NEEDED when the preferred replica already
   leads (preferred) or the partition has a leader (unclean), PREFERRED_LEADER_NOT_AVAILABLE /
   ELIGIBLE_LEADERS_NOT_AVAILABLE when no replica may take it, UNKNOWN_TOPIC_OR_PARTITION for one
   that does not exist;
-- ``topic_partitions`` null asks for every partition: every classic topic is listed, with only
-  its partitions whose election was needed (Kafka leaves ELECTION_NOT_NEEDED out then);
-- a diskless partition has no leader in the metadata to elect (any broker serves it): named, it
-  is INVALID_REQUEST; with null, diskless topics are left out;
+- ``topic_partitions`` null asks for every partition: every topic is listed, with only its
+  partitions whose election was needed (Kafka leaves ELECTION_NOT_NEEDED out then);
+- a diskless partition's replicas are caches of object storage (KIP-1163): its preferred replica
+  may lead when alive, in sync or not, and "unclean" elects any alive replica without losing
+  anything (``shoal.cluster.election``);
 - a failure of the whole request (an unknown election type, the metadata store unreachable) is
   the top-level error code (v1+) and every listed partition's (Kafka's getErrorResponse).
 
@@ -76,7 +77,7 @@ async def _elect(
     ctx: ServerContext, election_type: int, listed: list[tuple[str, list[int]]] | None
 ) -> dict[str, dict[int, Outcome]]:
     """Per topic and partition, the (code, message) of its election; for ``listed`` None, every
-    classic partition's."""
+    partition's."""
     if election_type not in (PREFERRED, UNCLEAN):
         raise KafkaError(ErrorCode.invalid_request, f"Unknown election type {election_type}")
     control = ctx.partition_control
@@ -97,8 +98,9 @@ async def _elect(
         else:
             outcome = (failed, reason)
         outcomes.setdefault(name, {})[p] = outcome
-    # The partitions the election did not consider are unknown or diskless: told apart on the image
-    # ``ctx.control`` caught up with, at least as new as the one the election was decided on.
+    # The partitions the election did not consider are unknown: an unknown topic and an unknown
+    # partition of a known one are told apart on the image ``ctx.control`` caught up with, at
+    # least as new as the one the election was decided on.
     image = ctx.image
     for name, partitions in listed or ():
         topic = image.topic(name)
@@ -108,17 +110,11 @@ async def _elect(
                 continue
             if topic is None:
                 answers[p] = (ErrorCode.unknown_topic_or_partition, f"No such topic as {name}")
-            elif topic.is_diskless and p in topic.partitions:
-                answers[p] = (
-                    ErrorCode.invalid_request,
-                    f"Topic {name} is diskless: any broker serves its partitions, it has no leader to elect",
-                )
             else:  # also a partition made after the election was decided
                 answers[p] = (ErrorCode.unknown_topic_or_partition, f"No such partition as {name}-{p}")
-    if listed is None:  # every classic topic is listed, even one whose elections were all not needed
+    if listed is None:  # every topic is listed, even one whose elections were all not needed
         for topic in image.topics_by_name.values():
-            if not topic.is_diskless:
-                outcomes.setdefault(topic.name, {})
+            outcomes.setdefault(topic.name, {})
     return outcomes
 
 

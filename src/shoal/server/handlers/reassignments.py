@@ -1,7 +1,8 @@
-"""AlterPartitionReassignments (45, v0-1) and ListPartitionReassignments (46, v0): moving classic
-replicas between brokers (KIP-455), decided by ``PartitionControl`` like Kafka's controller.
+"""AlterPartitionReassignments (45, v0-1) and ListPartitionReassignments (46, v0): moving replicas
+between brokers (KIP-455), decided by ``PartitionControl`` like Kafka's controller.
 
-A reassignment adds the new replicas (they copy the partition from its leader as followers) and,
+A reassignment adds the new replicas (classic ones copy the partition from its leader as
+followers, diskless ones build their caches from object storage, KIP-1163) and,
 once they are all in the ISR, the controller's next round removes the old ones; null replicas
 cancel one in progress. Any broker answers, as every broker may decide metadata changes.
 """

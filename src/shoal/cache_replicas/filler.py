@@ -1,0 +1,262 @@
+"""Filling cache logs from object storage by following the Batch Coordinator's log tail.
+
+One task per broker. Each round asks the coordinator for the batches after every local cache's
+end in one ``find_batches`` call, reads them with ranged GETs planned across partitions (one GET
+serves neighbouring batches of many partitions in one WAL object, and objects this broker just
+uploaded are still in the range cache, so they cost no GET), and appends them to the cache logs
+with their assigned offsets. A round runs as soon as this broker commits an object, else every
+``diskless.replica.fetch.interval.ms`` (other brokers' commits), and again at once while caches
+are behind.
+
+A replica without a cache starts ``diskless.replica.cache.start.bytes`` before the log end or at
+the log start, whichever is later (KIP-1163's policy 3). A cache that falls behind the log start
+(retention, DeleteRecords), meets a gap, loses its directory or fails on disk starts over: it is
+only a cache. Every ``log.retention.check.interval.ms`` caches apply local retention and drop
+what lies below the coordinator's log start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import struct
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shoal.cache_replicas.cache_log import CacheLogs
+from shoal.cache_replicas.replica import CacheReplica
+from shoal.classic.log_config import LogConfig
+from shoal.coordinator.api import BatchCoordinator, ListOffsetsRequest, ListOffsetsTimestamp, TopicIdPartition
+from shoal.diskless.read import DisklessReader
+from shoal.metadata.image import TopicImage
+from shoal.protocol.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+_DIR_CHECK_S = 1.0
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class FillSettings:
+    start_bytes: int
+    interval_ms: int
+    #: Bytes per round in all and per partition (``replica.fetch.response.max.bytes`` and
+    #: ``replica.fetch.max.bytes``, as a classic follower's fetch).
+    max_bytes: int
+    partition_max_bytes: int
+    retention_check_ms: int
+
+
+def start_offset(earliest: int, latest: int, size: int, start_bytes: int) -> int:
+    """KIP-1163's policy 3: about ``start_bytes`` before the log end, or the log start when the
+    partition holds less (offsets estimated from the partition's average batch bytes)."""
+    if latest <= earliest or start_bytes <= 0:
+        return max(latest, earliest)
+    if size <= start_bytes:
+        return earliest
+    return max(earliest, latest - math.ceil((latest - earliest) * start_bytes / size))
+
+
+def key_of(replica: CacheReplica) -> TopicIdPartition:
+    return TopicIdPartition(replica.topic.topic_id, replica.partition, replica.topic.name)
+
+
+class CacheFiller:
+    def __init__(
+        self,
+        replicas: Callable[[], Sequence[CacheReplica]],
+        logs: CacheLogs,
+        reader: DisklessReader,
+        coordinator: BatchCoordinator,
+        run_blocking: Callable[..., Awaitable[Any]],
+        settings: FillSettings,
+        config_for: Callable[[TopicImage], LogConfig],
+        on_appended: Callable[[Iterable[CacheReplica]], None],
+    ) -> None:
+        self._replicas = replicas
+        self._logs = logs
+        self._reader = reader
+        self._coordinator = coordinator
+        self._run_blocking = run_blocking
+        self._settings = settings
+        self._config_for = config_for
+        self._on_appended = on_appended
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._failing = False
+        self._next_dir_check = 0.0
+        self._next_retention = time.monotonic() + settings.retention_check_ms / 1000
+        #: Bytes appended to cache logs (downloaded or taken from the range cache).
+        self.bytes_filled = 0
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="diskless-cache-filler")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def poke(self) -> None:
+        """Something was committed (here, or a replica was added): run a round now."""
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            self._wake.clear()
+            more = False
+            try:
+                more = await self.fill_once()
+                await self._maintain()
+                if self._failing:
+                    log.info("filling diskless caches again")
+                self._failing = False
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if not self._failing:  # once per outage
+                    log.warning("filling diskless caches failed (retrying): %s: %s", type(exc).__name__, exc)
+                self._failing = True
+            if not more:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self._settings.interval_ms / 1000)
+
+    # ------------------------------------------------------------------------------- one round
+
+    async def fill_once(self) -> bool:
+        """One round over every cache; True when some cache is still behind after it."""
+        replicas = list(self._replicas())
+        undecided = [r for r in replicas if r.log is None and r.start_at is None]
+        if undecided:
+            await self._decide_starts(undecided)
+        ready = [r for r in replicas if r.log is not None or r.start_at is not None]
+        if not ready:
+            return False
+        s = self._settings
+        asked_ms = _now_ms()
+        requests = [
+            (key_of(r), r.cache_end if r.log is not None else r.start_at, s.partition_max_bytes) for r in ready
+        ]
+        results = await self._reader.read(requests, s.max_bytes, for_cache=True)  # type: ignore[arg-type]
+        more = False
+        appended: list[CacheReplica] = []
+        for r, (_, asked, _), result in zip(ready, requests, results, strict=True):
+            if r.cache_end != asked and r.log is not None:
+                continue  # dropped or restarted while the round was out
+            if result.error == ErrorCode.offset_out_of_range:
+                log.info("%s: the cache fell out of the coordinator's log, starting it over", r.name)
+                await self._start_over(r)
+                continue
+            if result.error != ErrorCode.none:
+                log.info("%s: the coordinator answered %s to the cache fill", r.name, result.error.name)
+                continue
+            r.log_start, r.high_watermark = result.log_start_offset, result.high_watermark
+            try:
+                if result.records:
+                    await self._append(r, result.records)
+                    appended.append(r)
+                elif r.log is None:
+                    r.log = await self._create(r, max(result.high_watermark, result.log_start_offset, 0))
+            except Exception as exc:  # a disk error or a bad cache: it is only a cache, start over
+                log.warning("%s: the cache failed and starts over: %s: %s", r.name, type(exc).__name__, exc)
+                await self._start_over(r)
+                continue
+            r.progress.update(r.cache_end, r.high_watermark, asked_ms)
+            more = more or r.cache_end < r.high_watermark
+        if appended:
+            self._on_appended(appended)
+        return more
+
+    async def _decide_starts(self, replicas: list[CacheReplica]) -> None:
+        """Where new caches start: one ListOffsets call for all, one describe per topic for sizes."""
+        keys = [key_of(r) for r in replicas]
+        earliest = await self._run_blocking(
+            self._coordinator.list_offsets, [ListOffsetsRequest(k, ListOffsetsTimestamp.EARLIEST) for k in keys]
+        )
+        latest = await self._run_blocking(
+            self._coordinator.list_offsets, [ListOffsetsRequest(k, ListOffsetsTimestamp.LATEST) for k in keys]
+        )
+        sizes: dict[tuple[uuid.UUID, int], int] = {}
+        for topic_id in {r.topic.topic_id for r in replicas}:
+            described = await self._run_blocking(self._coordinator.describe_topic, topic_id)
+            for d in described.partitions if described is not None else ():
+                sizes[(topic_id, d.partition)] = d.byte_size
+        for r, first, last in zip(replicas, earliest, latest, strict=True):
+            if first.errors != ErrorCode.none or last.errors != ErrorCode.none:
+                continue  # the topic is being created or deleted: next round
+            r.start_at = start_offset(
+                first.offset, last.offset, sizes.get((r.topic.topic_id, r.partition), 0), self._settings.start_bytes
+            )
+            log.info("%s: building the cache from offset %d (log %d..%d)", r.name, r.start_at, first.offset, last.offset)
+
+    async def _append(self, r: CacheReplica, records: bytes) -> None:
+        (first,) = struct.unpack_from(">q", records, 0)
+        if r.log is None:
+            r.log = await self._create(r, first)
+        elif r.log.log_end_offset != first:
+            # A gap (batches deleted before the cache got them) or the first batch of a new
+            # cache beginning before its start offset: restart the cache log at the batch.
+            await self._run_blocking(r.log.truncate_fully_and_start_at, first)
+        r.log.append_as_follower(memoryview(records))
+        self.bytes_filled += len(records)
+
+    async def _create(self, r: CacheReplica, offset: int) -> Any:
+        return await self._run_blocking(self._logs.create, r.topic, r.partition, offset, self._config_for(r.topic))
+
+    async def _start_over(self, r: CacheReplica) -> None:
+        """Drop the cache log; the next round decides its start again."""
+        dropped, r.log, r.start_at = r.log, None, None
+        if dropped is not None:
+            with contextlib.suppress(Exception):
+                await self._run_blocking(self._logs.drop, dropped)
+
+    # ---------------------------------------------------------------------------- maintenance
+
+    async def _maintain(self) -> None:
+        """Caches whose dir vanished start over (checked every second); local retention and the
+        coordinator's log start apply every ``log.retention.check.interval.ms``."""
+        now = time.monotonic()
+        if now >= self._next_dir_check:
+            self._next_dir_check = now + _DIR_CHECK_S
+            for r in self._replicas():
+                if r.log is not None and not r.log.directory.is_dir():
+                    log.warning("%s: the cache dir %s is gone, rebuilding the cache", r.name, r.log.directory)
+                    await self._start_over(r)
+        if now < self._next_retention:
+            return
+        self._next_retention = now + self._settings.retention_check_ms / 1000
+        for r in list(self._replicas()):
+            if r.log is None:
+                continue
+            try:
+                await self._run_blocking(self._enforce_retention, r)
+            except Exception as exc:
+                log.warning("%s: cache retention failed, the cache starts over: %s", r.name, exc)
+                await self._start_over(r)
+
+    @staticmethod
+    def _enforce_retention(r: CacheReplica) -> None:
+        cache = r.log
+        if cache is None:
+            return
+        if cache.log_start_offset < r.log_start <= cache.log_end_offset:
+            cache.delete_records(r.log_start)
+        cache.delete_old_segments()
+        cache.delete_pending_files()
+
+    def update_configs(self, replicas: Iterable[CacheReplica]) -> None:
+        """A topic's configs changed: its caches take the new segment and retention settings."""
+        for r in replicas:
+            if r.log is not None:
+                r.log.update_config(self._config_for(r.topic))
