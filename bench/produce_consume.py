@@ -334,6 +334,9 @@ class ConsumerJob:
     idle_timeout_s: float
     ready_timeout_s: float
     conf: dict[str, Any] = field(default_factory=dict)
+    #: Longest wait of one ``consume()`` call. librdkafka fills the batch until this runs out, so
+    #: the last records are only seen (and timed) up to this long after they arrived.
+    poll_timeout_s: float = 1.0
 
 
 def consumer_main(job: ConsumerJob, ready_q: Any, go: EventType, result_q: Any) -> None:
@@ -415,9 +418,11 @@ def run_consumer(job: ConsumerJob, ready_q: Any, go: EventType) -> dict[str, Any
             if eof >= pending and t - last_progress >= job.idle_timeout_s:
                 stopped_by = "idle"
                 break
-            msgs = consumer.consume(num_messages=5000, timeout=min(1.0, max(deadline - t, 0.01)))
+            wait = min(job.poll_timeout_s, max(deadline - t, 0.01))
+            msgs = consumer.consume(num_messages=5000, timeout=wait)
             if not msgs:
                 continue
+            records_before = records
             for m in msgs:
                 err = m.error()
                 p = m.partition()
@@ -447,9 +452,10 @@ def run_consumer(job: ConsumerJob, ready_q: Any, go: EventType) -> dict[str, Any
                 next_off[p] = off + 1
                 counts[p] += 1
                 eof.discard(p)
-            last_ts = time.time()
-            if first_ts is None:
-                first_ts = last_ts
+            if records > records_before:  # a batch of only end-of-partition events times no record
+                last_ts = time.time()
+                if first_ts is None:
+                    first_ts = last_ts
             last_progress = time.monotonic()
         end_ts = time.time()
         cpu1 = cpu_seconds_self()

@@ -138,8 +138,9 @@ def _parent_pid(pid: int) -> int | None:
 class Cluster:
     """``shoal up --brokers N`` on a fresh data dir: its supervisor, and each broker's pid."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, up_args: list[str] | None = None) -> None:
         self.args = args
+        self.up_args = list(up_args or [])  # more `shoal up` options, e.g. ["--racks", "a,b,c"]
         self.count = args.brokers
         base = free_base_port(self.count)
         self.ports = list(range(base, base + self.count))
@@ -173,6 +174,7 @@ class Cluster:
         ]
         for item in self.args.broker_override:
             cmd += ["--override", item]
+        cmd += self.up_args
         log(f"starting {' '.join(cmd[1:])}")
         with open(self.log_path, "wb") as out:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=out, start_new_session=True)
