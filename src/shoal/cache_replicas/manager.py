@@ -132,6 +132,12 @@ class CacheReplicas:
                 for p in topic.partitions.values():
                     if self._node_id in p.replicas:
                         wanted[(topic.topic_id, p.partition)] = topic
+        # Gone ones first: a re-created topic of the same name caches into the same dir.
+        for key in set(self.replicas) - set(wanted):
+            r = self.replicas.pop(key)
+            if r.log is not None:
+                log.info("%s: no longer a replica here, deleting its cache", r.name)
+                await self._run_blocking(self._logs.drop, r.log)
         added = False
         for key, topic in wanted.items():
             r = self.replicas.get(key)
@@ -147,11 +153,6 @@ class CacheReplicas:
                 r.topic = topic
                 if configs_changed:
                     self.filler.update_configs([r])
-        for key in set(self.replicas) - set(wanted):
-            r = self.replicas.pop(key)
-            if r.log is not None:
-                log.info("%s: no longer a replica here, deleting its cache", r.name)
-                await self._run_blocking(self._logs.drop, r.log)
         self.leadership.apply(image)
         if added:
             self.filler.poke()

@@ -74,6 +74,6 @@ class CacheReplica:
     def covers(self, offset: int) -> bool:
         """Whether a read at ``offset`` can be answered from the cache: within it (its end
         included: nothing newer yet) and not below the coordinator's log start."""
-        if self.log is None or self.log.is_offline or self.log.is_closed:
-            return False
+        if self.log is None or self.log.is_offline or self.log.is_closed or self.high_watermark < 0:
+            return False  # (no fill round yet: the coordinator's offsets are unknown)
         return max(self.log.log_start_offset, self.log_start) <= offset <= self.log.log_end_offset
