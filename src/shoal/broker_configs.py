@@ -389,6 +389,22 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             one_of("producer"),
         ),
         ConfigDef(
+            "remote.log.storage.system.enable",
+            ConfigType.BOOLEAN,
+            False,
+            "Tiered storage (KIP-405) on this broker: topics may set `remote.storage.enable=true`. Remote "
+            "segments go to the object storage of `diskless.storage.url`, under `tiered/`, and their metadata "
+            "to the metadata store.",
+        ),
+        ConfigDef(
+            "remote.log.manager.task.interval.ms",
+            ConfigType.LONG,
+            30000,
+            "How often the remote log manager copies rolled segments of the partitions this broker leads and "
+            "expires remote segments (Kafka's default).",
+            at_least(1),
+        ),
+        ConfigDef(
             "diskless.system.enable",
             ConfigType.BOOLEAN,
             False,

@@ -37,7 +37,7 @@ from shoal.config_def import (
     valid_list,
 )
 
-__all__ = ["TOPIC_CONFIGS", "validate_topic_configs"]
+__all__ = ["TOPIC_CONFIGS", "validate_tiering_change", "validate_topic_configs"]
 
 LONG_MAX = 2**63 - 1
 
@@ -46,10 +46,6 @@ _COMPACTION_ONLY = (
     "Only compacted topics use it, and `cleanup.policy=compact` is refused until log compaction is "
     "built, so here it is stored and described without effect, as Kafka ignores it on a topic that "
     "is not compacted."
-)
-_TIERED_ONLY = (
-    "Only acts with `remote.storage.enable=true`, which Shoal refuses (it has no tiered storage), so "
-    "it is stored and described without effect, as Kafka ignores it on a topic without remote storage."
 )
 _RECOMPRESSION_ONLY = (
     "Only used when the broker recompresses, and `compression.type` must stay `producer` (the broker "
@@ -357,39 +353,43 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             "remote.storage.enable",
             ConfigType.BOOLEAN,
             False,
-            "Tiered storage for the topic. `true` is refused with Kafka's message for a broker whose tiered "
-            "storage is off: Shoal has no tiered storage (diskless topics keep all their data in object "
-            "storage instead).",
+            "Tiered storage for the topic (KIP-405): the leader copies rolled segments to remote storage and "
+            "local segments are then kept by `local.retention.*`, the whole log by `retention.*`. Needs "
+            "`remote.log.storage.system.enable=true` on the brokers (else refused with Kafka's message); "
+            "refused for compacted topics, and for diskless topics in this version. Turning it off needs "
+            "`remote.log.delete.on.disable=true` (KIP-950 as Kafka 3.9 ships it).",
         ),
         _def(
             "local.retention.ms",
             ConfigType.LONG,
             -2,
-            "How long segments stay on local disk (-2: `retention.ms`). On a diskless topic: how long each "
-            "replica's cache log keeps its segments (KIP-1163). On a classic topic it would act with tiered "
-            "storage, which Shoal refuses, so it is stored and described without effect there.",
+            "How long segments stay on local disk (-2: `retention.ms`): on a tiered classic topic, once they are "
+            "in remote storage; on a diskless topic, in each replica's cache log (KIP-1163). Without either it "
+            "has no effect. At most `retention.ms`.",
             at_least(-2),
         ),
         _def(
             "local.retention.bytes",
             ConfigType.LONG,
             -2,
-            "How many bytes a partition keeps on local disk (-2: `retention.bytes`). On a diskless topic: how "
-            "much each replica's cache log keeps (KIP-1163). On a classic topic it would act with tiered "
-            "storage, which Shoal refuses, so it is stored and described without effect there.",
+            "How many bytes a partition keeps on local disk (-2: `retention.bytes`): on a tiered classic topic, "
+            "of segments already in remote storage; on a diskless topic, in each replica's cache log (KIP-1163). "
+            "Without either it has no effect. At most `retention.bytes`.",
             at_least(-2),
         ),
         _def(
             "remote.log.copy.disable",
             ConfigType.BOOLEAN,
             False,
-            f"With tiered storage, stop copying segments to remote storage. {_TIERED_ONLY}",
+            "With tiered storage, stop copying segments to remote storage (KIP-950's retain: remote data stays "
+            "readable and expires by `retention.*`); `local.retention.*` must then equal `retention.*`.",
         ),
         _def(
             "remote.log.delete.on.disable",
             ConfigType.BOOLEAN,
             False,
-            f"With tiered storage, delete the remote data when remote storage is turned off. {_TIERED_ONLY}",
+            "Delete the remote data when `remote.storage.enable` is turned off (KIP-950); turning it off "
+            "without this is refused.",
         ),
         _def(
             "internal.segment.bytes",
@@ -403,7 +403,9 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
 }
 
 
-def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
+def validate_topic_configs(
+    configs: Mapping[str, str | None], *, remote_storage_system_enabled: bool = False
+) -> dict[str, str]:
     """Check topic configs as Kafka's ``LogConfig.validate`` does, then refuse what Shoal does not
     do yet; returns them normalised as Kafka describes them (in the order given).
 
@@ -419,7 +421,7 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
         if raw is None:
             raise ConfigError(f"Invalid value null for configuration {name}: value must not be null")
         values[name] = d.parse(raw)
-    _check_together(values)
+    _check_together(values, remote_storage_system_enabled)
     for name, value in values.items():
         problem = _NOT_BUILT_YET.get(name, lambda _: None)(value)
         if problem:
@@ -431,19 +433,72 @@ def _value(values: Mapping[str, Any], name: str) -> Any:
     return values[name] if name in values else TOPIC_CONFIGS[name].default
 
 
-def _check_together(values: Mapping[str, Any]) -> None:
+#: Kafka's defaults of ``log.retention.ms`` / ``log.retention.bytes``, for a topic that sets neither.
+_RETENTION_DEFAULTS = {"ms": 7 * 24 * 3600 * 1000, "bytes": -1}
+
+
+def _retention(values: Mapping[str, Any], unit: str) -> int:
+    value = _value(values, f"retention.{unit}")
+    return _RETENTION_DEFAULTS[unit] if value is None else int(value)
+
+
+def _check_together(values: Mapping[str, Any], remote_storage_system_enabled: bool) -> None:
     """Kafka's ``LogConfig.validateValues`` and its remote-storage checks of the whole set."""
     min_lag, max_lag = _value(values, "min.compaction.lag.ms"), _value(values, "max.compaction.lag.ms")
     if min_lag > max_lag:
         raise ConfigError(
             f"conflict topic config setting min.compaction.lag.ms ({min_lag}) > max.compaction.lag.ms ({max_lag})"
         )
-    if _value(values, "remote.storage.enable"):
-        # Kafka's validateRemoteStorageOnlyIfSystemEnabled, for a broker with
-        # remote.log.storage.system.enable=false: Shoal has no tiered storage.
+    if not _value(values, "remote.storage.enable"):
+        return
+    if not remote_storage_system_enabled:  # Kafka's validateRemoteStorageOnlyIfSystemEnabled
         raise ConfigError(
             "Tiered Storage functionality is disabled in the broker. Topic cannot be configured with remote log storage."
         )
+    if "compact" in _value(values, "cleanup.policy"):  # validateNoRemoteStorageForCompactedTopic
+        raise ConfigError("Remote log storage is unsupported for the compacted topics")
+    if _value(values, "diskless.enable"):
+        raise ConfigError(
+            "Tiered storage of diskless topics (KIP-1163) is not supported by this Shoal version yet; "
+            "diskless topics keep all their data in object storage"
+        )
+    for unit in ("ms", "bytes"):  # validateRemoteStorageRetentionSize / ...Time
+        total, local = _retention(values, unit), _value(values, f"local.retention.{unit}")
+        if total != -1 and local != -2 and (local == -1 or local > total):
+            raise ConfigError(
+                f"Invalid value {local} for configuration local.retention.{unit}: Value must not be more than "
+                f"retention.{unit} property value: {total}"
+            )
+
+
+def validate_tiering_change(old: Mapping[str, str], new: Mapping[str, str]) -> None:
+    """KIP-950 as Kafka 3.9 ships it, for AlterConfigs of a topic (``old`` -> ``new``, both
+    validated): turning remote storage off needs ``remote.log.delete.on.disable=true``, and with
+    ``remote.log.copy.disable=true`` local retention must equal total retention (nothing more is
+    copied, so local data must not expire before remote data)."""
+
+    def flag(configs: Mapping[str, str], name: str) -> bool:
+        return configs.get(name, "false") == "true"
+
+    if flag(old, "remote.storage.enable") and not flag(new, "remote.storage.enable") and not flag(
+        new, "remote.log.delete.on.disable"
+    ):
+        raise ConfigError(
+            "It is invalid to disable remote storage without deleting remote data. If you want to keep the remote "
+            "data and turn to read only, please set `remote.storage.enable=true,remote.log.copy.disable=true`. If "
+            "you want to disable remote storage and delete all remote data, please set "
+            "`remote.storage.enable=false,remote.log.delete.on.disable=true`."
+        )
+    if flag(new, "remote.storage.enable") and flag(new, "remote.log.copy.disable"):
+        for unit in ("bytes", "ms"):
+            total = int(new[f"retention.{unit}"]) if f"retention.{unit}" in new else _retention({}, unit)
+            local = int(new.get(f"local.retention.{unit}", -2))
+            if local != -2 and local != total:
+                raise ConfigError(
+                    f"When `remote.log.copy.disable` is set to true, the `local.retention.{unit}` and "
+                    f"`retention.{unit}` must be set to the identical value because there will be no more logs "
+                    "copied to the remote storage."
+                )
 
 
 # Values that ask for behaviour this Shoal version does not have: refused, never accepted and

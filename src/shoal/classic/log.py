@@ -55,6 +55,7 @@ from shoal.classic.log_list_offsets import ListOffsetsMixin
 from shoal.classic.log_read import ReadMixin
 from shoal.classic.log_retention import RetentionMixin
 from shoal.classic.log_roll import RollMixin
+from shoal.classic.log_rolled import RolledSegmentsMixin
 from shoal.classic.log_state import headers_from
 from shoal.classic.log_truncation import TruncationMixin
 from shoal.classic.producer_state import ProducerStateManager
@@ -77,6 +78,7 @@ class PartitionLog(
     FlushMixin,
     RetentionMixin,
     TruncationMixin,
+    RolledSegmentsMixin,
 ):
     """The log of one partition replica in one partition dir (see the module docstring)."""
 

@@ -49,6 +49,13 @@ class LogConfig:
     #: ``cleanup.policy`` includes ``delete``: retention.ms / retention.bytes delete old segments.
     #: Without it (an empty policy) only the log start offset (DeleteRecords) removes segments.
     cleanup_delete: bool = True
+    #: Tiered storage (KIP-405, ``remote.storage.enable``): ``retention_ms`` / ``retention_bytes``
+    #: are then the *local* retention (``local.retention.*``, -2: ``retention.*``), a segment is
+    #: deleted locally only once it is in remote storage, and ``total_retention_*`` (the topic's
+    #: ``retention.*``) applies to the whole log, remote segments included.
+    remote_storage_enable: bool = False
+    total_retention_ms: int = 7 * 24 * 3600 * 1000
+    total_retention_bytes: int = -1
 
     @classmethod
     def from_properties(cls, props: Mapping[str, object] | None) -> LogConfig:
@@ -67,6 +74,15 @@ class LogConfig:
         if policy is not None:
             items = policy if isinstance(policy, list | tuple) else str(policy).split(",")
             values["cleanup_delete"] = "delete" in {str(p).strip() for p in items}
+        if str(props.get("remote.storage.enable", "false")).lower() == "true":
+            values["remote_storage_enable"] = True
+            defaults = {f.name: f.default for f in fields(cls)}
+            for name in ("ms", "bytes"):
+                total = int(values.get(f"retention_{name}", defaults[f"retention_{name}"]))  # type: ignore[call-overload]
+                local = props.get(f"local.retention.{name}")
+                values[f"total_retention_{name}"] = total
+                if local is not None and int(local) != -2:  # type: ignore[call-overload]
+                    values[f"retention_{name}"] = int(local)  # type: ignore[call-overload]
         return cls(**values)  # type: ignore[arg-type]
 
     def to_properties(self) -> dict[str, object]:
@@ -76,4 +92,10 @@ class LogConfig:
             by_field[f.name]: getattr(self, f.name) for f in fields(self) if f.name in by_field
         }
         props["cleanup.policy"] = "delete" if self.cleanup_delete else ""
+        if self.remote_storage_enable:  # retention.* is the whole log's, local.retention.* the local one
+            props.update({
+                "remote.storage.enable": "true",
+                "retention.ms": self.total_retention_ms, "retention.bytes": self.total_retention_bytes,
+                "local.retention.ms": self.retention_ms, "local.retention.bytes": self.retention_bytes,
+            })
         return props

@@ -73,6 +73,10 @@ class RetentionMixin(LogState):
                 config = self.config
                 segs = self._segments
                 candidates = [s for i, s in enumerate(segs[:-1]) if segs[i + 1].base_offset <= self._hw]
+                if config.remote_storage_enable:  # only what is safely in remote storage goes
+                    candidates = [
+                        s for i, s in enumerate(candidates) if segs[i + 1].base_offset - 1 <= self.highest_offset_in_remote
+                    ]
                 doomed: list[LogSegment] = []
                 if config.cleanup_delete and config.retention_ms >= 0:
                     for s in candidates:

@@ -80,6 +80,10 @@ class LogState:
         self._pending_deletes: list[tuple[int, list[Path]]] = []
         self._closed = False
         self._offline = False
+        #: Tiered storage: the highest offset known to be in remote storage (-1: none). With
+        #: ``remote.storage.enable`` a segment is deleted locally only at or below it (Kafka's
+        #: ``highestOffsetInRemoteStorage``); the remote log manager moves it.
+        self.highest_offset_in_remote = -1
 
     # ------------------------------------------------------------------ plain state
 

@@ -52,6 +52,9 @@ LOG_CONFIG_NAMES = (
     "retention.bytes",
     "cleanup.policy",
     "file.delete.delay.ms",
+    "remote.storage.enable",
+    "local.retention.ms",
+    "local.retention.bytes",
 )
 
 
@@ -220,6 +223,13 @@ class ReplicaManager:
         counts["isr_shrinks"] = self.replication.isr_shrinks
         counts["isr_expands"] = self.replication.isr_expands
         return counts
+
+    def find(self, topic: str, partition: int) -> PartitionLog | None:
+        """The partition's log when this broker has it online, else None."""
+        try:
+            return self.get(topic, partition)
+        except KafkaError:
+            return None
 
     def is_offline_here(self, topic: str, partition: int) -> bool:
         """Whether this broker's replica of the partition sits on a failed log dir."""

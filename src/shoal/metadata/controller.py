@@ -30,7 +30,7 @@ from shoal.metadata.records import (
     TopicRecord,
 )
 from shoal.protocol.errors import ErrorCode, KafkaError
-from shoal.topic_configs import validate_topic_configs
+from shoal.topic_configs import validate_tiering_change, validate_topic_configs
 
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME_LENGTH = 249
@@ -141,7 +141,9 @@ class Controller:
                 f"Topic '{topic.name}' collides with existing topic: {collision}",
             )
         try:
-            configs = validate_topic_configs(topic.configs)
+            configs = validate_topic_configs(
+                topic.configs, remote_storage_system_enabled=self._config["remote.log.storage.system.enable"]
+            )
         except ConfigError as exc:
             raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
         is_diskless = configs.get("diskless.enable") == "true"
@@ -283,7 +285,10 @@ class Controller:
         if topic is None:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"Topic {name} does not exist")
         try:
-            configs = validate_topic_configs(desired)
+            configs = validate_topic_configs(
+                desired, remote_storage_system_enabled=self._config["remote.log.storage.system.enable"]
+            )
+            validate_tiering_change(topic.configs, configs)
         except ConfigError as exc:
             raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
         if configs.get("diskless.enable", "false") != topic.configs.get("diskless.enable", "false"):

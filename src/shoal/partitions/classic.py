@@ -9,6 +9,11 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
+from shoal.classic.log_list_offsets import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
+)
 from shoal.classic.replica_manager import ReplicaManager
 from shoal.metadata.image import MetadataImage, TopicImage
 from shoal.partitions.api import (
@@ -24,6 +29,8 @@ from shoal.partitions.api import (
     ValidatedRecords,
 )
 from shoal.protocol.errors import ErrorCode, KafkaError
+from shoal.remote_log.manager import RemoteLogManager, is_tiered
+from shoal.tiered.api import TopicIdPartition
 
 log = logging.getLogger(__name__)
 
@@ -31,15 +38,29 @@ log = logging.getLogger(__name__)
 class ClassicPartitions:
     name = "classic"
 
-    def __init__(self, replicas: ReplicaManager, wake: Callable[[Iterable[tuple]], None]) -> None:
+    def __init__(
+        self, replicas: ReplicaManager, wake: Callable[[Iterable[tuple]], None], remote: RemoteLogManager | None = None
+    ) -> None:
         self.replicas = replicas
         self._wake = wake  # long-polling fetches of a partition wake when it gets records
+        #: Tiered storage (KIP-405), when ``remote.log.storage.system.enable``.
+        self.remote = remote
 
     async def start(self) -> None:
         await self.replicas.start()
+        if self.remote is not None:
+            self.remote.start()
 
     async def stop(self) -> None:
+        if self.remote is not None:
+            await self.remote.stop()
         await self.replicas.stop()
+
+    def _tiered(self, ref: PartitionRef) -> TopicIdPartition | None:
+        """The partition's key in tiered storage, when its topic is tiered here."""
+        if self.remote is None or not is_tiered(ref.topic):
+            return None
+        return TopicIdPartition(ref.topic.topic_id, ref.partition, ref.name)
 
     # ------------------------------------------------------------------------------------ data
 
@@ -119,20 +140,54 @@ class ClassicPartitions:
                 outcomes.append(ReadOutcome(ErrorCode.none, hw, hw, result.log_start_offset, bytes(result.records)))
                 used += len(result.records)
             except KafkaError as exc:
-                outcomes.append(self._error(r.partition, exc))
+                tp = self._tiered(r.partition)
+                if tp is not None and exc.code == ErrorCode.offset_out_of_range and r.replica_id < 0:
+                    remote = await self._remote_read(r, tp, min(r.max_bytes, max(max_bytes - used, 0)),
+                                                     min_one_batch and used == 0)
+                    if remote is not None:
+                        outcomes.append(remote)
+                        used += len(remote.records)
+                        continue
+                outcomes.append(await self._error(r.partition, exc, consumer=r.replica_id < 0))
         return outcomes
 
-    def _error(self, partition: PartitionRef, exc: KafkaError) -> ReadOutcome:
-        """An error answer, with the log's offsets when the log is there (OFFSET_OUT_OF_RANGE)."""
+    async def _remote_read(self, r: KindRead, tp: TopicIdPartition, max_bytes: int, min_one: bool) -> ReadOutcome | None:
+        """A consumer's read below the local log start, from remote segments (KIP-405)."""
+        assert self.remote is not None
+        log_ = self.replicas.get(r.partition.name, r.partition.partition)
+        if r.fetch_offset >= log_.log_start_offset:
+            return None  # past the log end: OFFSET_OUT_OF_RANGE stands
+        records = await self.remote.read(tp, r.fetch_offset, max_bytes, min_one)
+        if records is None:
+            return None
+        start = await self.remote.log_start(tp, log_.log_start_offset)
+        hw = log_.high_watermark
+        return ReadOutcome(ErrorCode.none, hw, hw, start, records)
+
+    async def _error(self, partition: PartitionRef, exc: KafkaError, *, consumer: bool = True) -> ReadOutcome:
+        """An error answer, with the log's offsets when the log is there (OFFSET_OUT_OF_RANGE): a
+        consumer of a tiered partition gets the partition's log start (remote data included), a
+        follower the local one (it restarts its log there, as Kafka's do after
+        OFFSET_MOVED_TO_TIERED_STORAGE)."""
         try:
             log_ = self.replicas.get(partition.name, partition.partition)
-            return ReadOutcome(exc.code, log_.high_watermark, log_.high_watermark, log_.log_start_offset)
         except KafkaError:
             return ReadOutcome(exc.code)
+        start = log_.log_start_offset
+        tp = self._tiered(partition)
+        if tp is not None and consumer and self.remote is not None:
+            start = await self.remote.log_start(tp, start)
+        return ReadOutcome(exc.code, log_.high_watermark, log_.high_watermark, start)
 
     async def list_offsets(self, lookups: Sequence[tuple[PartitionRef, int]]) -> list[OffsetOutcome]:
         outcomes = []
         for ref, timestamp in lookups:
+            tp = self._tiered(ref)
+            if tp is not None:
+                tiered = await self._tiered_offset(ref, tp, timestamp)
+                if tiered is not None:
+                    outcomes.append(tiered)
+                    continue
             try:
                 found = await self.replicas.list_offset(ref.name, ref.partition, timestamp)
             except KafkaError as exc:
@@ -145,6 +200,35 @@ class ClassicPartitions:
                 outcomes.append(OffsetOutcome(ErrorCode.none, found.timestamp, found.offset, epoch))
         return outcomes
 
+    async def _tiered_offset(self, ref: PartitionRef, tp: TopicIdPartition, timestamp: int) -> OffsetOutcome | None:
+        """ListOffsets of a tiered partition where remote data answers (None: the local log does):
+        earliest (-2) is the partition's log start, earliest local (-4) the local one, latest tiered
+        (-5) the highest offset copied (-1: none), and a time lookup looks at remote segments first."""
+        assert self.remote is not None
+        try:
+            log_ = self.replicas.get(ref.name, ref.partition)
+        except KafkaError as exc:
+            return OffsetOutcome(exc.code)
+        local_start = log_.log_start_offset
+        if timestamp == EARLIEST_TIMESTAMP:
+            start = await self.remote.log_start(tp, local_start)
+            return OffsetOutcome(ErrorCode.none, -1, start, self._epoch_at(log_, start))
+        if timestamp == EARLIEST_LOCAL_TIMESTAMP:
+            return OffsetOutcome(ErrorCode.none, -1, local_start, self._epoch_at(log_, local_start))
+        if timestamp == LATEST_TIERED_TIMESTAMP:
+            highest = await self.remote.highest_copied(tp)
+            return OffsetOutcome(ErrorCode.none, -1, highest, self._epoch_at(log_, highest) if highest >= 0 else -1)
+        if timestamp >= 0:
+            found = await self.remote.offset_for_timestamp(tp, timestamp)
+            if found is not None and found[0] < local_start:
+                return OffsetOutcome(ErrorCode.none, found[1], found[0], self._epoch_at(log_, found[0]))
+        return None
+
+    @staticmethod
+    def _epoch_at(log_: object, offset: int) -> int:
+        epoch = log_.epoch_for_offset(offset)  # type: ignore[attr-defined]
+        return -1 if epoch is None else epoch
+
     async def delete_records(self, deletes: Sequence[tuple[PartitionRef, int]]) -> list[DeleteOutcome]:
         outcomes = []
         for ref, offset in deletes:
@@ -153,6 +237,13 @@ class ClassicPartitions:
             except KafkaError as exc:
                 outcomes.append(DeleteOutcome(exc.code))
                 continue
+            tp = self._tiered(ref)
+            if tp is not None and self.remote is not None:
+                # Remote segments below the new log start go too; a log start inside remote data
+                # stays there (the local log cannot go below its own start).
+                target = low if offset == -1 else offset
+                self.remote.delete_records(tp, target)
+                low = await self.remote.log_start(tp, low) if target < low else low
             outcomes.append(DeleteOutcome(ErrorCode.none, low))
         return outcomes
 
@@ -172,7 +263,11 @@ class ClassicPartitions:
         for ref in partitions:
             try:
                 log_ = self.replicas.get(ref.name, ref.partition)
-                states.append(PartitionState(ErrorCode.none, log_.log_start_offset, log_.log_end_offset,
+                start = log_.log_start_offset
+                tp = self._tiered(ref)
+                if tp is not None and self.remote is not None:
+                    start = await self.remote.log_start(tp, start)
+                states.append(PartitionState(ErrorCode.none, start, log_.log_end_offset,
                                              log_.high_watermark, log_.size))
             except KafkaError as exc:
                 states.append(PartitionState(exc.code))

@@ -1,6 +1,8 @@
 """Builds the partitions seam and its kinds for a broker: the classic replica manager on the
 JBOD log dirs, and the diskless data plane (appender, reader, range cache, cache replicas,
-retention, object cleaner) on the Batch Coordinator and object storage."""
+retention, object cleaner) on the Batch Coordinator and object storage; with
+``remote.log.storage.system.enable``, classic tiered storage (the remote log manager on the same
+object storage and ``remote_log_metadata``)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,9 @@ from shoal.partitions.classic import ClassicPartitions
 from shoal.partitions.diskless import DisklessPartitions
 from shoal.partitions.manager import Partitions
 from shoal.partitions.notify import CommitNotifier
+from shoal.remote_log.manager import RemoteLogManager
+from shoal.tiered.api import RemoteLogMetadataManager
+from shoal.tiered.storage_manager import ObjectRemoteStorageManager
 
 
 def build_partitions(
@@ -38,6 +43,7 @@ def build_partitions(
     on_halt: Callable[[str], None],
     is_controller: Callable[[], bool] = lambda: True,
     control: PartitionControl | None = None,
+    remote_log_metadata: RemoteLogMetadataManager | None = None,
 ) -> Partitions:
     """Wire every kind; nothing runs until ``Partitions.start``. Diskless retention and the object
     cleaner run only while ``is_controller()`` (once per cluster). ``control`` decides classic
@@ -54,7 +60,13 @@ def build_partitions(
     )
     metrics.track_log_dirs(replicas.logs)
     metrics.track_replicas(replicas)
-    classic = ClassicPartitions(replicas, notifier.committed)
+    remote = None
+    if config["remote.log.storage.system.enable"] and remote_log_metadata is not None:
+        remote = RemoteLogManager(
+            node_id, config["remote.log.manager.task.interval.ms"], image, replicas.find,
+            ObjectRemoteStorageManager(storage), remote_log_metadata, run_blocking, is_controller,
+        )
+    classic = ClassicPartitions(replicas, notifier.committed, remote)
 
     cache = RangeCache(config["diskless.fetch.cache.max.bytes"])
     metrics.track_cache(cache)

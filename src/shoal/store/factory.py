@@ -1,9 +1,10 @@
 """The one way to open the storage seams from a configuration.
 
 Given a broker ``Config`` it returns the metadata store (the cluster metadata log, whose
-ProducerIdsRecords are also the producer-id blocks, as in KRaft), the Batch Coordinator and the
-group and offset store. The broker, every tool and the Spark pipeline open storage only here,
-so none of them names a backend. A store is named by a URL: ``sqlite:///<path>`` (the embedded
+ProducerIdsRecords are also the producer-id blocks, as in KRaft), the Batch Coordinator, the
+group and offset store and tiered storage's remote log metadata (``RemoteLogMetadataManager``,
+in the metadata store's database). The broker, every tool and the Spark pipeline open storage
+only here, so none of them names a backend. A store is named by a URL: ``sqlite:///<path>`` (the embedded
 default, ``<metadata.log.dir>/shoal.db``) or ``postgresql://user:password@host:port/db``;
 ``metadata.store.url`` names the metadata store and ``diskless.coordinator.url`` (default: the
 same) the Batch Coordinator's.
@@ -28,11 +29,16 @@ from shoal.store.postgres.connection import is_postgres_url, redact
 from shoal.store.sqlite.coordinator import SqliteBatchCoordinator
 from shoal.store.sqlite.groups import SqliteGroupStore
 from shoal.store.sqlite.metadata_log import SqliteMetadataStore
+from shoal.store.sqlite.remote_log_metadata import SqliteRemoteLogMetadataManager
+from shoal.tiered.api import RemoteLogMetadataManager
 
 #: The embedded store's file name inside ``metadata.log.dir``.
 SQLITE_FILE = "shoal.db"
 #: The schema component of each seam in the embedded store (``schema_versions``).
 _METADATA, _COORDINATOR, _GROUPS = "metadata", "diskless_coordinator", "group_coordinator"
+_REMOTE_LOG_METADATA = "remote_log_metadata"
+#: Every component ``open_stores`` opens (and would otherwise create).
+_ALL_COMPONENTS = (_METADATA, _COORDINATOR, _GROUPS, _REMOTE_LOG_METADATA)
 
 
 class StoreNotFoundError(Exception):
@@ -50,10 +56,11 @@ class Stores:
     metadata: MetadataStore
     coordinator: BatchCoordinator
     groups: GroupStore
+    remote_log_metadata: RemoteLogMetadataManager
     location: str
 
     def close(self) -> None:
-        for store in (self.groups, self.coordinator, self.metadata):
+        for store in (self.remote_log_metadata, self.groups, self.coordinator, self.metadata):
             with contextlib.suppress(Exception):
                 store.close()
 
@@ -164,6 +171,14 @@ def open_group_store_at(url: str) -> GroupStore:
     return SqliteGroupStore(_sqlite_file(url))
 
 
+def open_remote_log_metadata_manager_at(url: str) -> RemoteLogMetadataManager:
+    if is_postgres_url(url):
+        from shoal.store.postgres.remote_log_metadata import PostgresRemoteLogMetadataManager
+
+        return PostgresRemoteLogMetadataManager(url)
+    return SqliteRemoteLogMetadataManager(_sqlite_file(url))
+
+
 # -- opening the seams of a configuration ---------------------------------------------------------
 
 
@@ -193,10 +208,17 @@ def open_group_store(config: Config, *, must_exist: bool = False) -> GroupStore:
     return open_group_store_at(metadata_store_url(config))
 
 
+def open_remote_log_metadata_manager(config: Config, *, must_exist: bool = False) -> RemoteLogMetadataManager:
+    """Tiered storage's remote log metadata, in the metadata store's database."""
+    if must_exist:
+        check_exists(config, (_REMOTE_LOG_METADATA,))
+    return open_remote_log_metadata_manager_at(metadata_store_url(config))
+
+
 def open_stores(config: Config, *, must_exist: bool = False) -> Stores:
     """Every seam at once (blocking: the broker calls it from a worker thread)."""
     if must_exist:
-        check_exists(config)
+        check_exists(config, _ALL_COMPONENTS)
     try:
         return _open_stores(config)
     except (psycopg.OperationalError, CoordinatorUnavailableError) as exc:
@@ -204,15 +226,19 @@ def open_stores(config: Config, *, must_exist: bool = False) -> Stores:
 
 
 def _open_stores(config: Config) -> Stores:
-    metadata = open_metadata_store(config)
-    try:
+    with contextlib.ExitStack() as opened:  # closes what was opened if a later one fails
+        metadata = open_metadata_store(config)
+        opened.callback(metadata.close)
         coordinator = open_batch_coordinator(config)
-        try:
-            groups = open_group_store(config)
-        except BaseException:
-            coordinator.close()
-            raise
-    except BaseException:
-        metadata.close()
-        raise
-    return Stores(metadata, coordinator, groups, store_location(config))
+        opened.callback(coordinator.close)
+        groups = open_group_store(config)
+        opened.callback(groups.close)
+        remote_log_metadata = open_remote_log_metadata_manager(config)
+        opened.pop_all()
+    return Stores(
+        metadata=metadata,
+        coordinator=coordinator,
+        groups=groups,
+        remote_log_metadata=remote_log_metadata,
+        location=store_location(config),
+    )

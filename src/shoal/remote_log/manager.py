@@ -1,0 +1,275 @@
+"""This broker's RemoteLogManager (KIP-405) for classic partitions with ``remote.storage.enable``.
+
+Every ``remote.log.manager.task.interval.ms``, for each such partition with a replica here:
+
+- **the leader copies** its rolled segments above the highest offset already copied (found in the
+  RemoteLogMetadataManager under the log's leader epochs, so a new leader carries on where the
+  old one stopped): each gets COPY_SEGMENT_STARTED, its files go through the RemoteStorageManager,
+  then COPY_SEGMENT_FINISHED; the log may then delete it locally (local retention,
+  ``PartitionLog.highest_offset_in_remote``). ``remote.log.copy.disable`` stops new copies.
+- **the leader expires** remote segments by the topic's total ``retention.ms`` / ``retention.bytes``
+  and below the log start (DeleteRecords): DELETE_SEGMENT_STARTED, the data deleted,
+  DELETE_SEGMENT_FINISHED; a copy left COPY_SEGMENT_STARTED by a crash is deleted the same way.
+- **followers** only learn the highest copied offset, so their local retention follows too.
+
+Reads below a replica's local log start come from remote segments (``reader``). The partition's
+log start is then the first remote segment's start (or the DeleteRecords offset in it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from shoal.classic.log import PartitionLog
+from shoal.classic.log_config import LogConfig
+from shoal.metadata.image import MetadataImage, TopicImage
+from shoal.remote_log.reader import RemoteReader, floor_segment
+from shoal.tiered.api import (
+    LogSegmentData,
+    RemoteLogMetadataManager,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentMetadataUpdate,
+    RemoteLogSegmentState,
+    RemoteStorageManager,
+    TopicIdPartition,
+    epochs_in,
+)
+
+log = logging.getLogger(__name__)
+
+FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
+DELETE_STARTED = RemoteLogSegmentState.DELETE_SEGMENT_STARTED
+DELETE_FINISHED = RemoteLogSegmentState.DELETE_SEGMENT_FINISHED
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def is_tiered(topic: TopicImage) -> bool:
+    return not topic.is_diskless and topic.configs.get("remote.storage.enable", "false") == "true"
+
+
+class RemoteLogManager:
+    def __init__(
+        self,
+        node_id: int,
+        interval_ms: int,
+        image: Callable[[], MetadataImage],
+        get_log: Callable[[str, int], PartitionLog | None],
+        rsm: RemoteStorageManager,
+        rlmm: RemoteLogMetadataManager,
+        run_blocking: Callable[..., Awaitable[Any]],
+        is_controller: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self._node_id = node_id
+        self._is_controller = is_controller
+        self._interval_ms = interval_ms
+        self._image = image
+        self._get_log = get_log
+        self._rsm = rsm
+        self._rlmm = rlmm
+        self._run_blocking = run_blocking
+        self.reader = RemoteReader(rsm)
+        self._task: asyncio.Task[None] | None = None
+        self._copying: set[RemoteLogSegmentId] = set()
+        #: Partition -> its log start when below the local one (DeleteRecords into remote data).
+        self._log_starts: dict[TopicIdPartition, int] = {}
+        self._wake = asyncio.Event()
+        self.copied_bytes: dict[str, int] = {}
+        self.copy_errors = 0
+        self.delete_errors = 0
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="remote-log-manager")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def poke(self) -> None:
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self._interval_ms / 1000)
+            self._wake.clear()
+            if self._is_controller():
+                try:
+                    await self.delete_untiered_partitions()
+                except Exception as exc:
+                    log.warning("deleting the remote data of deleted or untiered topics failed: %s", exc)
+            for topic, partition, leader in self._tiered_replicas():
+                try:
+                    await self.run_partition(topic, partition, leader)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.warning("tiered storage of %s-%d failed this round: %s: %s",
+                                topic.name, partition, type(exc).__name__, exc)
+
+    def _tiered_replicas(self) -> list[tuple[TopicImage, int, bool]]:
+        image = self._image()
+        return [
+            (topic, p.partition, p.leader == self._node_id)
+            for topic in image.topics_by_name.values() if is_tiered(topic)
+            for p in topic.partitions.values() if self._node_id in p.replicas
+        ]
+
+    async def run_partition(self, topic: TopicImage, partition: int, leader: bool) -> None:
+        partition_log = self._get_log(topic.name, partition)
+        if partition_log is None:
+            return
+        tp = TopicIdPartition(topic.topic_id, partition, topic.name)
+        segments = await self._run_blocking(self._rlmm.list_remote_log_segments, tp)
+        copied = max((s.end_offset for s in segments if s.state == FINISHED), default=-1)
+        partition_log.highest_offset_in_remote = max(partition_log.highest_offset_in_remote, copied)
+        if not leader:
+            return
+        if topic.configs.get("remote.log.copy.disable", "false") != "true":
+            await self._copy(tp, partition_log, copied)
+        await self._expire(tp, partition_log)
+
+    # ------------------------------------------------------------------------------------ copy
+
+    async def _copy(self, tp: TopicIdPartition, partition_log: PartitionLog, copied: int) -> None:
+        for segment in await self._run_blocking(partition_log.rolled_segments, copied):
+            metadata = RemoteLogSegmentMetadata(
+                RemoteLogSegmentId.generate(tp), segment.base_offset, segment.end_offset, segment.max_timestamp,
+                self._node_id, _now_ms(), segment.size,
+                epochs_in(segment.leader_epochs, segment.base_offset, segment.end_offset),
+            )
+            data = LogSegmentData(
+                segment.log_path, segment.offset_index_path, segment.time_index_path, None, segment.producer_snapshot,
+                "\n".join(f"{e} {o}" for e, o in sorted(metadata.segment_leader_epochs.items())).encode(),
+            )
+            await self._run_blocking(self._rlmm.add_remote_log_segment_metadata, metadata)
+            self._copying.add(metadata.segment_id)
+            try:
+                custom = await self._rsm.copy_log_segment_data(metadata, data)
+                await self._update(metadata, FINISHED, custom)
+            except Exception:
+                self.copy_errors += 1
+                with contextlib.suppress(Exception):  # do not leave the parts behind
+                    await self._delete_segment(metadata)
+                raise
+            finally:
+                self._copying.discard(metadata.segment_id)
+            partition_log.highest_offset_in_remote = max(partition_log.highest_offset_in_remote, segment.end_offset)
+            self.copied_bytes[tp.topic] = self.copied_bytes.get(tp.topic, 0) + segment.size
+            log.info("%s-%d: copied segment %d..%d (%d bytes) to remote storage", tp.topic, tp.partition,
+                     segment.base_offset, segment.end_offset, segment.size)
+
+    async def _update(self, metadata: RemoteLogSegmentMetadata, state: RemoteLogSegmentState,
+                      custom: bytes | None = None) -> None:
+        update = RemoteLogSegmentMetadataUpdate(metadata.segment_id, _now_ms(), state, self._node_id, custom)
+        await self._run_blocking(self._rlmm.update_remote_log_segment_metadata, update)
+
+    async def _delete_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """DELETE_SEGMENT_STARTED (unless already), the data deleted, DELETE_SEGMENT_FINISHED."""
+        if metadata.state != DELETE_STARTED:
+            await self._update(metadata, DELETE_STARTED)
+        await self._rsm.delete_log_segment_data(metadata)
+        await self._update(metadata, DELETE_FINISHED)
+
+    # ---------------------------------------------------------------------------------- expiry
+
+    async def _expire(self, tp: TopicIdPartition, partition_log: PartitionLog) -> None:
+        segments = await self._run_blocking(self._rlmm.list_remote_log_segments, tp)
+        config: LogConfig = partition_log.config
+        finished = sorted((s for s in segments if s.state == FINISHED), key=lambda s: s.start_offset)
+        doomed = [s for s in segments if s.state == DELETE_STARTED]
+        doomed += [s for s in segments if s.state == STARTED and s.segment_id not in self._copying]
+        now = _now_ms()
+        expiring = []
+        if config.cleanup_delete and config.total_retention_ms >= 0:
+            for s in finished:
+                if now - s.max_timestamp_ms <= config.total_retention_ms:
+                    break
+                expiring.append(s)
+        if config.cleanup_delete and config.total_retention_bytes >= 0:
+            local_start = partition_log.log_start_offset
+            remote_only = sum(s.segment_size_in_bytes for s in finished if s.end_offset < local_start)
+            excess = remote_only + partition_log.size - config.total_retention_bytes
+            excess -= sum(s.segment_size_in_bytes for s in expiring)
+            for s in finished[len(expiring):]:
+                if s.end_offset >= local_start or excess - s.segment_size_in_bytes < 0:
+                    break
+                excess -= s.segment_size_in_bytes
+                expiring.append(s)
+        start = self._log_starts.get(tp)
+        if start is not None:
+            expiring += [s for s in finished if s.end_offset < start and s not in expiring]
+        for s in doomed + expiring:
+            try:
+                await self._delete_segment(s)
+            except Exception as exc:
+                self.delete_errors += 1
+                log.warning("%s-%d: deleting remote segment %d..%d failed: %s", tp.topic, tp.partition,
+                            s.start_offset, s.end_offset, exc)
+                return
+            log.info("%s-%d: deleted remote segment %d..%d", tp.topic, tp.partition, s.start_offset, s.end_offset)
+
+    # ----------------------------------------------------------------------------------- reads
+
+    async def _finished(self, tp: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+        segments = await self._run_blocking(self._rlmm.list_remote_log_segments, tp)
+        return sorted((s for s in segments if s.state == FINISHED), key=lambda s: s.start_offset)
+
+    async def log_start(self, tp: TopicIdPartition, local_start: int) -> int:
+        """The partition's log start: its first remote segment's (or the DeleteRecords offset)."""
+        finished = await self._finished(tp)
+        first = finished[0].start_offset if finished else local_start
+        return min(max(first, self._log_starts.get(tp, first)), local_start)
+
+    async def read(self, tp: TopicIdPartition, offset: int, max_bytes: int, min_one_batch: bool) -> bytes | None:
+        """Batches from ``offset`` out of remote segments; None when no remote segment holds it."""
+        if offset < self._log_starts.get(tp, -1):
+            return None
+        segment = floor_segment(await self._finished(tp), offset)
+        if segment is None:
+            return None
+        return await self.reader.read(segment, offset, max_bytes, min_one_batch)
+
+    async def offset_for_timestamp(self, tp: TopicIdPartition, timestamp: int) -> tuple[int, int] | None:
+        """The first remote record at or after ``timestamp`` (None: none remote)."""
+        start = self._log_starts.get(tp, -1)
+        for segment in await self._finished(tp):
+            if segment.max_timestamp_ms >= timestamp and segment.end_offset >= start:
+                found = await self.reader.offset_for_timestamp(segment, timestamp)
+                if found is not None and found[0] >= start:
+                    return found
+        return None
+
+    async def highest_copied(self, tp: TopicIdPartition) -> int:
+        finished = await self._finished(tp)
+        return max((s.end_offset for s in finished), default=-1)
+
+    def delete_records(self, tp: TopicIdPartition, offset: int) -> None:
+        """DeleteRecords into remote data: the log start moves, the next round deletes what is below."""
+        self._log_starts[tp] = max(offset, self._log_starts.get(tp, -1))
+        self.poke()
+
+    async def delete_untiered_partitions(self) -> None:
+        """The remote data of topics that were deleted, or whose ``remote.storage.enable`` was turned
+        off (with ``remote.log.delete.on.disable``: Kafka refuses it otherwise), goes. One broker
+        does it, the active controller."""
+        image = self._image()
+        for tp in await self._run_blocking(self._rlmm.partitions_with_segments):
+            topic = image.topics_by_id.get(tp.topic_id)
+            if topic is not None and is_tiered(topic):
+                continue
+            for s in await self._run_blocking(self._rlmm.list_remote_log_segments, tp):
+                with contextlib.suppress(Exception):
+                    await self._delete_segment(s)
