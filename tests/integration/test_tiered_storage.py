@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,8 +18,16 @@ import pytest
 from shoal.protocol.apis import ApiKey, request_class, response_class
 from shoal.protocol.build import make, nested
 from shoal.protocol.errors import ErrorCode
-from tests.support.broker import BrokerProcess, WireClient, admin_client, confluent_consume, wait_for_topic
+from tests.support.broker import (
+    BrokerProcess,
+    WireClient,
+    admin_client,
+    confluent_consume,
+    free_port,
+    wait_for_topic,
+)
 from tests.support.chaos_clients import wait_until
+from tests.support.metrics import metric, scrape
 
 TIERED_BROKER = {
     "remote.log.storage.system.enable": "true",
@@ -131,10 +141,21 @@ def check_tiered_topic(broker: BrokerProcess, topic: str) -> None:
 
 @pytest.mark.timeout(300)
 def test_tiered_topic_on_a_local_directory(broker_factory: Any, topic_name: str) -> None:
-    broker = broker_factory(overrides=TIERED_BROKER)
+    port = free_port()
+    broker = broker_factory(overrides={**TIERED_BROKER, "metrics.http.port": port})
     check_tiered_topic(broker, topic_name)
     assert broker.objects_dir is not None
     assert list((broker.objects_dir / "tiered").rglob("*.log")), "no remote segment in object storage"
+
+    # Kafka's tiered storage metrics (RemoteCopyBytesPerSec, RemoteFetchBytesPerSec, RemoteLogSizeBytes).
+    wait_until(lambda: metric(scrape(port), "kafka_server_brokertopicmetrics_remotelogsizebytes", topic=topic_name) > 0,
+               "RemoteLogSizeBytes measured", 30)
+    samples = scrape(port)
+    assert metric(samples, "kafka_server_brokertopicmetrics_remotecopybytes_total", topic=topic_name) > 0
+    assert metric(samples, "kafka_server_brokertopicmetrics_remotefetchbytes_total", topic=topic_name) > 0
+    assert metric(samples, "kafka_server_brokertopicmetrics_remotefetcherrors_total") == 0
+    assert any(n == "kafka_server_brokertopicmetrics_remotecopylagbytes" and lab.get("topic") == topic_name
+               for n, lab, _ in samples)
 
 
 @pytest.mark.timeout(300)
@@ -179,4 +200,85 @@ def test_kip_950_invalid_combinations_are_refused_with_kafkas_messages(broker_fa
         **{"remote.storage.enable": "false"})
     assert "must be set to the identical value" in alter(**{"remote.log.copy.disable": "true"})
     assert alter(**{"remote.log.copy.disable": "true", "local.retention.bytes": "-2", "local.retention.ms": "-2"}) == ""
+    wait_until(lambda: tiered_state(broker, topic_name)[0] == "DISABLED", "retain finishing", 30)
     assert alter(**{"remote.storage.enable": "false", "remote.log.delete.on.disable": "true"}) == ""
+
+
+def alter(broker: BrokerProcess, topic: str, **configs: str) -> str:
+    """IncrementalAlterConfigs SET (a value of "-" deletes the config); the error text, "" when taken."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    admin = admin_client(broker.bootstrap)
+    resource = ConfigResource("TOPIC", topic, incremental_configs=[
+        ConfigEntry(k, None if v == "-" else v,
+                    incremental_operation=AlterConfigOpType.DELETE if v == "-" else AlterConfigOpType.SET)
+        for k, v in configs.items()
+    ])
+    try:
+        admin.incremental_alter_configs([resource])[resource].result(30)
+    except Exception as exc:  # noqa: BLE001 - the message is what is checked
+        return str(exc)
+    return ""
+
+
+def tiered_state(broker: BrokerProcess, topic: str) -> tuple[str, str]:
+    """(TieredState, TieredEpoch) as ``shoal topics describe`` prints them."""
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "shoal"), "topics", "describe", "--bootstrap-server", broker.bootstrap,
+         "--topic", topic], capture_output=True, text=True, timeout=60, check=True,
+    ).stdout
+    line = next(x for x in out.splitlines() if x.startswith("Topic:"))
+    fields = dict(part.split(": ", 1) for part in line.split("\t") if ": " in part)
+    return fields.get("TieredState", ""), fields.get("TieredEpoch", "")
+
+
+def tiered_objects(broker: BrokerProcess, topic: str) -> list[Path]:
+    assert broker.objects_dir is not None
+    return [p for p in (broker.objects_dir / "tiered").glob(f"{topic}-*/*/*") if p.is_file()]
+
+
+@pytest.mark.timeout(300)
+def test_kip_950_retain_then_delete_then_enable_again(broker_factory: Any, topic_name: str) -> None:
+    broker = broker_factory(overrides=TIERED_BROKER)
+    create_tiered(broker, topic_name)
+    assert tiered_state(broker, topic_name) == ("ENABLED", "0")
+    values = produce(broker.bootstrap, topic_name)
+    local_start, tiered = wait_tiered(broker, topic_name)
+
+    # Retain: nothing new is copied, remote data stays readable and still expires.
+    assert alter(broker, topic_name, **{"remote.log.copy.disable": "true", "local.retention.bytes": "-2"}) == ""
+    wait_until(lambda: tiered_state(broker, topic_name) == ("DISABLED", "0"), "retain finishing", 30)
+    more = produce(broker.bootstrap, topic_name)
+    time.sleep(1.5)  # several remote log manager rounds
+    assert list_offset(broker.port, topic_name, -5)[1] == tiered, "a segment was copied with copies disabled"
+    got = [r.value for r in confluent_consume(broker.bootstrap, topic_name, [0], 2 * RECORDS, timeout=60)]
+    assert got == values + more
+    assert alter(broker, topic_name, **{"retention.bytes": "150000"}) == ""
+    wait_until(lambda: list_offset(broker.port, topic_name, -2)[1] > 0, "remote segments expiring", 30)
+
+    # Delete: the remote data goes, the log starts at the local log start.
+    assert alter(broker, topic_name, **{"remote.storage.enable": "false", "remote.log.delete.on.disable": "true",
+                                       "remote.log.copy.disable": "-", "retention.bytes": "-"}) == ""
+    wait_until(lambda: tiered_state(broker, topic_name) == ("DISABLED", "0") and not tiered_objects(broker, topic_name),
+               "delete finishing", 30)
+    local = list_offset(broker.port, topic_name, -4)[1]
+    assert list_offset(broker.port, topic_name, -2)[1] == local
+
+    # Enabled again: a new tiered epoch, copying resumes.
+    assert alter(broker, topic_name, **{"remote.storage.enable": "true", "remote.log.delete.on.disable": "-",
+                                       "local.retention.bytes": "40000"}) == ""
+    assert tiered_state(broker, topic_name) == ("ENABLED", "1")
+    produce(broker.bootstrap, topic_name)
+    wait_until(lambda: list_offset(broker.port, topic_name, -5)[1] > local, "copies resuming", 60)
+    assert local_start > 0
+
+
+@pytest.mark.timeout(120)
+def test_a_second_disablement_while_disabling_is_refused(broker_factory: Any, topic_name: str) -> None:
+    broker = broker_factory(overrides={**TIERED_BROKER, "remote.log.manager.task.interval.ms": 600_000})
+    create_tiered(broker, topic_name, **{"local.retention.bytes": "-2"})
+    assert alter(broker, topic_name, **{"remote.log.copy.disable": "true"}) == ""
+    assert tiered_state(broker, topic_name) == ("DISABLING", "0")
+    refused = alter(broker, topic_name, **{"remote.storage.enable": "false", "remote.log.delete.on.disable": "true"})
+    assert "already being disabled" in refused
+    assert "is being disabled" in alter(broker, topic_name, **{"remote.log.copy.disable": "false"})

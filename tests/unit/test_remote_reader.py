@@ -6,6 +6,8 @@ from __future__ import annotations
 import struct
 import uuid
 
+import pytest
+
 from shoal.records.batch import stamp_batch
 from shoal.records.codec import NewRecord, build_batch, iter_batches
 from shoal.remote_log.reader import RemoteReader, floor_segment, index_position
@@ -66,3 +68,21 @@ async def test_reads_whole_batches_from_the_offset_within_the_budget() -> None:
     one = await reader.read(seg, 105, 10, True)  # a budget below one batch: the first one all the same
     assert [h.base_offset for _, h in iter_batches(one)] == [104]
     assert await reader.read(seg, 105, 10, False) == b""
+
+
+class FailingRsm(FakeRsm):
+    async def fetch_log_segment(self, metadata: RemoteLogSegmentMetadata, start: int, end: int | None = None) -> bytes:
+        raise OSError("storage down")
+
+
+async def test_counts_fetched_bytes_per_topic_and_failed_reads() -> None:
+    raw = bytearray(build_batch([NewRecord(None, b"v" * 50, (), 0)]))
+    stamp_batch(raw, 0, 100)
+    seg = segment(100, 100, len(raw))
+    reader = RemoteReader(FakeRsm(bytes(raw)))  # type: ignore[arg-type]
+    assert await reader.read(seg, 100, 10_000, True) == bytes(raw)
+    assert reader.fetched_bytes == {"t": len(raw)} and reader.fetch_errors == 0
+    failing = RemoteReader(FailingRsm(bytes(raw)))  # type: ignore[arg-type]
+    with pytest.raises(OSError):
+        await failing.read(seg, 100, 10_000, True)
+    assert failing.fetch_errors == 1 and failing.fetched_bytes == {}

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from shoal.cli.diskless_metadata import kafka_uuid
 from shoal.cli.topic_admin import ClusterTopics, ConfigEntry, PartitionMeta, TopicCommandError, TopicMeta
+from shoal.metadata.tiered_state import DESCRIBE_KEYS
 
 MIN_ISR_CONFIG = "min.insync.replicas"
 
@@ -30,15 +31,22 @@ def _offset(value: int | None) -> str:
     return "-" if value is None else str(value)
 
 
+TIERED_STATE_KEYS = DESCRIBE_KEYS  # a tiered topic's KIP-950 state, asked for by name
+
+
 def topic_line(meta: TopicMeta, configs: Sequence[ConfigEntry], is_diskless: bool) -> str:
     """Kafka's TopicDescription line, plus the kind."""
-    overrides = ",".join(f"{c.name}={c.value}" for c in configs if not c.is_default)
+    tiered = {c.name: c.value for c in configs if c.name in TIERED_STATE_KEYS}
+    overrides = ",".join(f"{c.name}={c.value}" for c in configs if not c.is_default and c.name not in tiered)
     replication = len(meta.partitions[0].replicas) if meta.partitions else 0
     line = f"Topic: {meta.name}"
     if meta.topic_id is not None:
         line += f"\tTopicId: {kafka_uuid(meta.topic_id)}"
     line += f"\tPartitionCount: {len(meta.partitions)}\tReplicationFactor: {replication}\tConfigs: {overrides}"
-    return line + f"\tKind: {'diskless' if is_diskless else 'classic'}"
+    line += f"\tKind: {'diskless' if is_diskless else 'classic'}"
+    if tiered:  # KIP-950's state machine of a tiered topic
+        line += f"\tTieredState: {tiered.get(TIERED_STATE_KEYS[0])}\tTieredEpoch: {tiered.get(TIERED_STATE_KEYS[1])}"
+    return line
 
 
 def partition_line(topic: str, p: PartitionMeta, offsets: Offsets) -> str:

@@ -37,6 +37,7 @@ from shoal.cli.topic_admin import (
 )
 from shoal.cli.topic_format import (
     MIN_ISR_CONFIG,
+    TIERED_STATE_KEYS,
     PartitionReports,
     describe_lines,
     min_insync_replicas,
@@ -238,6 +239,13 @@ def describe(
         min_isr: dict[str, int] | None = None
         if not reports.any:
             configs = admin.describe_configs(names)
+            tiered = [n for n in names if any(
+                c.name in ("remote.storage.enable", "remote.log.delete.on.disable") and c.value == "true"
+                for c in configs[n]
+            )]
+            if tiered:  # the KIP-950 state of tiered topics
+                for n, entries in admin.describe_configs(tiered, list(TIERED_STATE_KEYS)).items():
+                    configs[n] = [*configs[n], *entries]
             flags = {n: cluster.topics[n].is_diskless for n in names}
             headers = {
                 n: (

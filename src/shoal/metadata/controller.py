@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shoal.config import BROKER_CONFIGS, DYNAMIC_BROKER_CONFIGS, Config, ConfigError
+from shoal.metadata import tiered_state
 from shoal.metadata.assignment import assign_replicas
 from shoal.metadata.image import MetadataImage
 from shoal.metadata.log import MetadataStore
@@ -220,6 +221,9 @@ class Controller:
         for p, replicas in enumerate(placements):
             records.append(new_partition(image, created.topic_id, p, replicas))
         records += [ConfigRecord(ConfigRecord.TOPIC, created.name, k, v) for k, v in created.configs.items()]
+        tiering = tiered_state.change(None, created.topic_id, {}, created.configs)
+        if tiering is not None:
+            records.append(tiering)
         return created, self._append(records, image)
 
     def create_partitions(
@@ -289,6 +293,7 @@ class Controller:
                 desired, remote_storage_system_enabled=self._config["remote.log.storage.system.enable"]
             )
             validate_tiering_change(topic.configs, configs)
+            tiering = tiered_state.change(topic, topic.topic_id, topic.configs, configs)
         except ConfigError as exc:
             raise KafkaError(ErrorCode.invalid_config, str(exc)) from None
         if configs.get("diskless.enable", "false") != topic.configs.get("diskless.enable", "false"):
@@ -304,9 +309,20 @@ class Controller:
         records += [
             ConfigRecord(ConfigRecord.TOPIC, name, k, None) for k in topic.configs if k not in configs
         ]
+        if tiering is not None:
+            records.append(tiering)
         if validate_only or not records:
             return None
         return self._append(records, image)
+
+    def finish_tiering_disablement(self, topic_id: uuid.UUID, tiered_epoch: int) -> int | None:
+        """KIP-950: DISABLING -> DISABLED for the topic's disablement at ``tiered_epoch`` (None when
+        the topic moved on: deleted, already DISABLED, or enabled again)."""
+        image = self._image()
+        topic = image.topics_by_id.get(topic_id)
+        if topic is None or topic.tiered_state != tiered_state.DISABLING or topic.tiered_epoch != tiered_epoch:
+            return None
+        return self._append([tiered_state.finished(topic)], image)
 
     def alter_broker_configs(
         self, broker: str, desired: Mapping[str, str | None], validate_only: bool

@@ -22,6 +22,7 @@ from shoal.metadata.records import (
     ProducerIdsRecord,
     RegisterBrokerRecord,
     RemoveTopicRecord,
+    TieredStateRecord,
     TopicRecord,
     UnfenceBrokerRecord,
 )
@@ -66,6 +67,11 @@ class TopicImage:
     topic_id: uuid.UUID
     partitions: Mapping[int, PartitionImage]
     configs: Mapping[str, str]
+    #: KIP-950: the tiered storage state (``tiered_state``; None: never tiered), its tiered epoch
+    #: and whether the disablement in progress or done deletes the remote data.
+    tiered_state: int | None = None
+    tiered_epoch: int = 0
+    tiered_delete: bool = False
 
     @property
     def is_diskless(self) -> bool:
@@ -119,6 +125,7 @@ class MetadataImage:
                     "topic_id": t.topic_id,
                     "partitions": dict(t.partitions),
                     "configs": dict(t.configs),
+                    "tiered": (t.tiered_state, t.tiered_epoch, t.tiered_delete),
                 }
             return drafts[name]
 
@@ -179,9 +186,13 @@ class MetadataImage:
                 next_producer_id = max(next_producer_id, record.next_producer_id)
             elif isinstance(record, ControllerChangeRecord):
                 controller = (record.node_id, record.epoch)
+            elif isinstance(record, TieredStateRecord):
+                name = names_by_id.get(record.topic_id)
+                if name is not None:
+                    draft(name)["tiered"] = (record.state, record.tiered_epoch, record.delete_remote)
         for name, d in drafts.items():
             by_name[name] = TopicImage(
-                d["name"], d["topic_id"], MappingProxyType(d["partitions"]), MappingProxyType(d["configs"])
+                d["name"], d["topic_id"], MappingProxyType(d["partitions"]), MappingProxyType(d["configs"]), *d["tiered"]
             )
         return replace(
             self,

@@ -109,6 +109,17 @@ class ProducerIdsRecord:
     next_producer_id: int
 
 
+@dataclass(frozen=True, slots=True)
+class TieredStateRecord:
+    """KIP-950: a topic's tiered storage state (``metadata.tiered_state``), its tiered epoch, and
+    whether the disablement deletes the remote data (policy delete) or keeps it (retain)."""
+
+    topic_id: uuid.UUID
+    state: int
+    tiered_epoch: int
+    delete_remote: bool = False
+
+
 MetadataRecord = (
     TopicRecord
     | PartitionRecord
@@ -120,6 +131,7 @@ MetadataRecord = (
     | UnfenceBrokerRecord
     | ControllerChangeRecord
     | ProducerIdsRecord
+    | TieredStateRecord
 )
 
 _TYPES: dict[str, type] = {
@@ -135,6 +147,7 @@ _TYPES: dict[str, type] = {
         UnfenceBrokerRecord,
         ControllerChangeRecord,
         ProducerIdsRecord,
+        TieredStateRecord,
     )
 }
 

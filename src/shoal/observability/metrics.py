@@ -44,6 +44,8 @@ kafka_diskless_retention_deleted_batches_total             batches deleted by ti
 kafka_diskless_retention_deleted_bytes_total               bytes of those batches
 kafka_diskless_retention_errors_total                      retention rounds that failed
 (diskless cache replicas)                                  see ``cache_metrics``
+kafka_server_brokertopicmetrics_remote*                    tiered storage (RemoteCopyBytesPerSec, ...): see
+                                                           ``remote_metrics``
 kafka_controller_kafkacontroller_activecontrollercount     kafka.controller:type=KafkaController,
                                                            name=ActiveControllerCount (1 on the lease holder)
 kafka_controller_kafkacontroller_activebrokercount         ...name=ActiveBrokerCount (unfenced brokers)

@@ -142,8 +142,14 @@ class ClassicPartitions:
             except KafkaError as exc:
                 tp = self._tiered(r.partition)
                 if tp is not None and exc.code == ErrorCode.offset_out_of_range and r.replica_id < 0:
-                    remote = await self._remote_read(r, tp, min(r.max_bytes, max(max_bytes - used, 0)),
-                                                     min_one_batch and used == 0)
+                    try:
+                        remote = await self._remote_read(r, tp, min(r.max_bytes, max(max_bytes - used, 0)),
+                                                         min_one_batch and used == 0)
+                    except Exception as failure:  # remote storage or its metadata failed: retriable
+                        log.warning("remote read of %s-%d at %d failed: %s: %s", r.partition.name,
+                                    r.partition.partition, r.fetch_offset, type(failure).__name__, failure)
+                        outcomes.append(ReadOutcome(ErrorCode.kafka_storage_error))
+                        continue
                     if remote is not None:
                         outcomes.append(remote)
                         used += len(remote.records)

@@ -22,6 +22,7 @@ from shoal.diskless.retention import RetentionTask
 from shoal.metadata.image import MetadataImage
 from shoal.objects.storage import ObjectStorage
 from shoal.observability.metrics import BrokerMetrics
+from shoal.observability.remote_metrics import track_remote_log
 from shoal.partitions.classic import ClassicPartitions
 from shoal.partitions.diskless import DisklessPartitions
 from shoal.partitions.manager import Partitions
@@ -44,6 +45,7 @@ def build_partitions(
     is_controller: Callable[[], bool] = lambda: True,
     control: PartitionControl | None = None,
     remote_log_metadata: RemoteLogMetadataManager | None = None,
+    finish_tiering_disablement: Callable[[Any, int], object] | None = None,
 ) -> Partitions:
     """Wire every kind; nothing runs until ``Partitions.start``. Diskless retention and the object
     cleaner run only while ``is_controller()`` (once per cluster). ``control`` decides classic
@@ -65,7 +67,9 @@ def build_partitions(
         remote = RemoteLogManager(
             node_id, config["remote.log.manager.task.interval.ms"], image, replicas.find,
             ObjectRemoteStorageManager(storage), remote_log_metadata, run_blocking, is_controller,
+            finish_tiering_disablement,
         )
+        track_remote_log(metrics.registry, remote)
     classic = ClassicPartitions(replicas, notifier.committed, remote)
 
     cache = RangeCache(config["diskless.fetch.cache.max.bytes"])

@@ -28,6 +28,7 @@ from typing import Any
 from shoal.classic.log import PartitionLog
 from shoal.classic.log_config import LogConfig
 from shoal.metadata.image import MetadataImage, TopicImage
+from shoal.metadata.tiered_state import DISABLING, ENABLED, copying
 from shoal.remote_log.reader import RemoteReader, floor_segment
 from shoal.tiered.api import (
     LogSegmentData,
@@ -68,9 +69,12 @@ class RemoteLogManager:
         rlmm: RemoteLogMetadataManager,
         run_blocking: Callable[..., Awaitable[Any]],
         is_controller: Callable[[], bool] = lambda: True,
+        finish_disablement: Callable[[Any, int], object] | None = None,
     ) -> None:
         self._node_id = node_id
         self._is_controller = is_controller
+        #: KIP-950: DISABLING -> DISABLED (``Controller.finish_tiering_disablement``, blocking).
+        self._finish_disablement = finish_disablement
         self._interval_ms = interval_ms
         self._image = image
         self._get_log = get_log
@@ -86,11 +90,19 @@ class RemoteLogManager:
         self.copied_bytes: dict[str, int] = {}
         self.copy_errors = 0
         self.delete_errors = 0
+        # Metrics (``observability.remote_metrics``), recomputed by ``measure`` every interval.
+        #: Topic -> bytes of its COPY_SEGMENT_FINISHED segments, over the partitions led here.
+        self.remote_log_sizes: dict[str, int] = {}
+        #: Topic -> bytes of rolled segments not yet copied, over the partitions led here.
+        self.copy_lag_bytes: dict[str, int] = {}
+        self._measuring: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="remote-log-manager")
+        self.start_measuring()
 
     async def stop(self) -> None:
+        await self.stop_measuring()
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -108,6 +120,7 @@ class RemoteLogManager:
             if self._is_controller():
                 try:
                     await self.delete_untiered_partitions()
+                    await self._finish_disablements()
                 except Exception as exc:
                     log.warning("deleting the remote data of deleted or untiered topics failed: %s", exc)
             for topic, partition, leader in self._tiered_replicas():
@@ -137,18 +150,19 @@ class RemoteLogManager:
         partition_log.highest_offset_in_remote = max(partition_log.highest_offset_in_remote, copied)
         if not leader:
             return
-        if topic.configs.get("remote.log.copy.disable", "false") != "true":
-            await self._copy(tp, partition_log, copied)
+        if copying(topic.configs) and topic.tiered_state in (None, ENABLED):
+            await self._copy(tp, partition_log, copied, topic.tiered_epoch)
         await self._expire(tp, partition_log)
 
     # ------------------------------------------------------------------------------------ copy
 
-    async def _copy(self, tp: TopicIdPartition, partition_log: PartitionLog, copied: int) -> None:
+    async def _copy(self, tp: TopicIdPartition, partition_log: PartitionLog, copied: int, tiered_epoch: int) -> None:
         for segment in await self._run_blocking(partition_log.rolled_segments, copied):
             metadata = RemoteLogSegmentMetadata(
                 RemoteLogSegmentId.generate(tp), segment.base_offset, segment.end_offset, segment.max_timestamp,
                 self._node_id, _now_ms(), segment.size,
                 epochs_in(segment.leader_epochs, segment.base_offset, segment.end_offset),
+                tiered_epoch=tiered_epoch,
             )
             data = LogSegmentData(
                 segment.log_path, segment.offset_index_path, segment.time_index_path, None, segment.producer_snapshot,
@@ -261,6 +275,22 @@ class RemoteLogManager:
         self._log_starts[tp] = max(offset, self._log_starts.get(tp, -1))
         self.poke()
 
+    async def _finish_disablements(self) -> None:
+        """KIP-950: a DISABLING topic becomes DISABLED once no broker copies it (retain: at once,
+        copies only run in ENABLED) and, with the delete policy, once its remote data is gone."""
+        if self._finish_disablement is None:
+            return
+        disabling = [t for t in self._image().topics_by_id.values() if t.tiered_state == DISABLING]
+        if not disabling:
+            return
+        with_data = {tp.topic_id for tp in await self._run_blocking(self._rlmm.partitions_with_segments)}
+        for topic in disabling:
+            if topic.tiered_delete and topic.topic_id in with_data:
+                continue
+            await self._run_blocking(self._finish_disablement, topic.topic_id, topic.tiered_epoch)
+            log.info("tiered storage of %s is DISABLED (tiered epoch %d, remote data %s)", topic.name,
+                     topic.tiered_epoch, "deleted" if topic.tiered_delete else "kept")
+
     async def delete_untiered_partitions(self) -> None:
         """The remote data of topics that were deleted, or whose ``remote.storage.enable`` was turned
         off (with ``remote.log.delete.on.disable``: Kafka refuses it otherwise), goes. One broker
@@ -273,3 +303,55 @@ class RemoteLogManager:
             for s in await self._run_blocking(self._rlmm.list_remote_log_segments, tp):
                 with contextlib.suppress(Exception):
                     await self._delete_segment(s)
+
+    # -------------------------------------------------------------- metrics (remote_metrics)
+
+    def fetched_bytes(self) -> dict[str, int]:
+        """Topic -> record bytes consumers were sent from remote segments (RemoteFetchBytesPerSec)."""
+        return self.reader.fetched_bytes
+
+    def fetch_errors(self) -> int:
+        """Remote reads that failed (RemoteFetchErrorsPerSec)."""
+        return self.reader.fetch_errors
+
+    def start_measuring(self) -> None:
+        """Recompute ``remote_log_sizes`` and ``copy_lag_bytes`` every interval (a scrape only reads them)."""
+        self._measuring = asyncio.create_task(self._measure_forever(), name="remote-log-metrics")
+
+    async def stop_measuring(self) -> None:
+        task, self._measuring = self._measuring, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _measure_forever(self) -> None:
+        while True:
+            try:
+                await self.measure()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.debug("measuring tiered storage failed: %s", exc)
+            await asyncio.sleep(self._interval_ms / 1000)
+
+    async def measure(self) -> None:
+        """RemoteLogSizeBytes (one SUM in the metadata store) and RemoteCopyLagBytes (the log's
+        rolled segments above ``highest_offset_in_remote``; 0 with ``remote.log.copy.disable``,
+        where nothing is meant to be copied) of the tiered partitions led here."""
+        sizes: dict[str, int] = {}
+        lags: dict[str, int] = {}
+        for topic, partition, leader in self._tiered_replicas():
+            if not leader:
+                continue
+            partition_log = self._get_log(topic.name, partition)
+            if partition_log is None:
+                continue
+            tp = TopicIdPartition(topic.topic_id, partition, topic.name)
+            size = await self._run_blocking(self._rlmm.remote_log_size, tp)
+            pending = []
+            if topic.configs.get("remote.log.copy.disable", "false") != "true":
+                pending = await self._run_blocking(partition_log.rolled_segments, partition_log.highest_offset_in_remote)
+            sizes[topic.name] = sizes.get(topic.name, 0) + size
+            lags[topic.name] = lags.get(topic.name, 0) + sum(s.size for s in pending)
+        self.remote_log_sizes, self.copy_lag_bytes = sizes, lags

@@ -50,8 +50,12 @@ class RemoteReader:
         self._rsm = rsm
         self._indexes: OrderedDict[object, bytes] = OrderedDict()
         self._max_indexes = index_cache_entries
-        #: Record bytes read from remote storage (Kafka's RemoteFetchBytesPerSec).
+        #: Bytes read from remote storage (every GET's, indexes aside).
         self.bytes_fetched = 0
+        #: Topic -> record bytes ``read`` returned (Kafka's RemoteFetchBytesPerSec).
+        self.fetched_bytes: dict[str, int] = {}
+        #: ``read`` calls that raised (Kafka's RemoteFetchErrorsPerSec).
+        self.fetch_errors = 0
 
     async def _index(self, segment: RemoteLogSegmentMetadata) -> bytes:
         key = segment.segment_id.id
@@ -67,6 +71,16 @@ class RemoteReader:
 
     async def read(self, segment: RemoteLogSegmentMetadata, offset: int, max_bytes: int, min_one_batch: bool) -> bytes:
         """Whole batches of ``segment`` from the one holding ``offset``, within ``max_bytes``."""
+        try:
+            out = await self._read(segment, offset, max_bytes, min_one_batch)
+        except Exception:
+            self.fetch_errors += 1
+            raise
+        topic = segment.segment_id.topic_id_partition.topic
+        self.fetched_bytes[topic] = self.fetched_bytes.get(topic, 0) + len(out)
+        return out
+
+    async def _read(self, segment: RemoteLogSegmentMetadata, offset: int, max_bytes: int, min_one_batch: bool) -> bytes:
         position = index_position(await self._index(segment), segment.start_offset, offset)
         out = bytearray()
         want = max(max_bytes, _MIN_READ)

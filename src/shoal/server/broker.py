@@ -142,6 +142,7 @@ class Broker:
             config, self.node_id, cluster_id, lambda: metadata.image, stores.coordinator, storage, metrics,
             self.run_blocking, self._halt, is_controller=self.is_controller, control=self._control,
             remote_log_metadata=stores.remote_log_metadata,
+            finish_tiering_disablement=controller.finish_tiering_disablement,
         )
         await partitions.start()
         if config["metrics.http.port"] >= 0:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shoal.config import BROKER_CONFIGS, DYNAMIC_BROKER_CONFIGS, ConfigType, format_value
+from shoal.metadata import tiered_state
 from shoal.metadata.controller import CreatedTopic, NewTopic
 from shoal.metadata.records import ConfigRecord
 from shoal.protocol.apis import RequestHeader, response_class
@@ -175,6 +176,18 @@ def _topic_config_entries(ctx: ServerContext, configs: Any) -> list[_ConfigEntry
     return entries
 
 
+TIERED_STATE_KEYS = tiered_state.DESCRIBE_KEYS
+
+
+def _tiered_state_entries(topic: Any) -> list[_ConfigEntry]:
+    return [
+        _ConfigEntry(TIERED_STATE_KEYS[0], tiered_state.NAMES[topic.tiered_state], SOURCE_DYNAMIC_TOPIC,
+                     ConfigType.STRING, "KIP-950: ENABLED, DISABLING or DISABLED.", []),
+        _ConfigEntry(TIERED_STATE_KEYS[1], str(topic.tiered_epoch), SOURCE_DYNAMIC_TOPIC, ConfigType.INT,
+                     "KIP-950: the tiered epoch (one more at each re-enablement).", []),
+    ]
+
+
 def _topic_config_values(ctx: ServerContext, configs: Any) -> list[tuple[str, str | None, int]]:
     """Every topic config with its effective value and Kafka's source code."""
     return [(e.name, e.value, e.source) for e in _topic_config_entries(ctx, configs)]
@@ -229,6 +242,8 @@ async def handle_describe_configs(ctx: ServerContext, header: RequestHeader, req
                 )
             else:
                 entries = _topic_config_entries(ctx, topic.configs)
+                if topic.tiered_state is not None and resource.configuration_keys:
+                    entries += _tiered_state_entries(topic)
         elif resource.resource_type == ConfigRecord.BROKER:
             if resource.resource_name not in ("", str(ctx.node_id)):
                 error, message = ErrorCode.invalid_request, f"Unexpected broker id {resource.resource_name}"
@@ -252,7 +267,7 @@ async def handle_describe_configs(ctx: ServerContext, header: RequestHeader, req
                         entry_cls,
                         name=e.name,
                         value=e.value,
-                        read_only=e.name == "diskless.enable"
+                        read_only=e.name == "diskless.enable" or e.name in TIERED_STATE_KEYS
                         or (resource.resource_type == ConfigRecord.BROKER and e.name not in DYNAMIC_BROKER_CONFIGS),
                         config_source=e.source,
                         is_default=e.source == SOURCE_DEFAULT,
