@@ -7,8 +7,6 @@ and cancelled, and the replicas it added are deleted.
 from __future__ import annotations
 
 import hashlib
-import os
-import signal
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -105,11 +103,9 @@ def test_a_reassignment_in_progress_is_listed_and_cancelled(cluster: Cluster) ->
 
     create_on(cluster, [1, 2, 3])
     tp = TopicPartition(TOPIC, 0)
-    b4 = cluster.broker(4)
     admin = kafka_python_admin(cluster)
     try:
-        assert b4.proc is not None
-        os.kill(b4.proc.pid, signal.SIGSTOP)  # broker 4 cannot catch up: the reassignment stays open
+        cluster.pause(4)  # broker 4 cannot catch up: the reassignment stays open
         try:
             assert admin.alter_partition_reassignments({tp: [1, 2, 4]}) == {tp: None}
             listed = admin.list_partition_reassignments()
@@ -121,7 +117,7 @@ def test_a_reassignment_in_progress_is_listed_and_cancelled(cluster: Cluster) ->
             bad = admin.alter_partition_reassignments({tp: [1, 1, 9]})
             assert bad[tp].__name__ == "InvalidReplicationAssignmentError", bad
         finally:
-            os.kill(b4.proc.pid, signal.SIGCONT)
+            cluster.resume(4)
         wait_until(lambda: replicas_of(cluster) == ([1, 2, 3], [1, 2, 3]), "the original replicas", 30)
         wait_until(lambda: segments(cluster, 4) is None, "broker 4 deleting the replica it was given", 30)
     finally:

@@ -55,8 +55,13 @@ async def test_reads_come_from_the_cache_once_it_holds_the_offset(node: Node) ->
     outcome = await read(node, "d", 0)
     assert outcome.from_cache and values(outcome.records) == [(0, b"a"), (1, b"b")]
     assert outcome.high_watermark == 2
-    at_end = await read(node, "d", 2)
+    # At the cache's end: "nothing new" comes from the cache only once a fill round that began
+    # after the fetch caught up (one does every diskless.replica.fetch.interval.ms).
+    waiting = FetchOptions(max_bytes=1 << 20, min_bytes=1, max_wait_s=0.5)
+    (at_end,) = await node.partitions.read([ReadRequest("d", None, 0, 2, 1 << 20)], waiting)
     assert at_end.from_cache and at_end.records == b"" and at_end.error == ErrorCode.none
+    (immediate,) = await node.partitions.read([ReadRequest("d", None, 0, 2, 1 << 20)], CONSUMER)
+    assert not immediate.from_cache and immediate.records == b""  # max wait 0: object storage answers
 
     # Out of sync (it has not caught up for replica.lag.time.max.ms): object storage answers.
     replica.progress.caught_up_ms = 0

@@ -67,7 +67,7 @@ def new_appender(
     interval_ms: int = 20,
     max_bytes: int = MiB,
     cache: RangeCache | None = None,
-    on_committed: Callable[[list[TopicIdPartition]], None] = lambda partitions: None,
+    on_committed: Callable[[dict[TopicIdPartition, int]], None] = lambda partitions: None,
 ) -> Appender:
     appender = Appender(
         storage,

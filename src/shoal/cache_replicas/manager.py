@@ -157,9 +157,21 @@ class CacheReplicas:
         if added:
             self.filler.poke()
 
-    def committed(self) -> None:
-        """This broker committed an object: fill the caches now (its data is in the range cache)."""
+    def committed(self, ends: Mapping[Key, int]) -> set[Key]:
+        """This broker committed an object (``ends``: each partition's next offset): fill the
+        caches now (its data is in the range cache). Until a cache holds those records it reads
+        nothing from its end, so a fetch after the produce's answer sees them. Returns the
+        partitions whose in-sync cache will wake their long-polls once it has appended."""
+        now = _now_ms()
+        waking = set()
+        for key, end in ends.items():
+            r = self.replicas.get(key)
+            if r is not None:
+                r.committed_end = max(r.committed_end, end)
+                if r.log is not None and r.progress.in_sync(now, self.lag_ms):
+                    waking.add(key)
         self.filler.poke()
+        return waking
 
     def _appended(self, replicas: Iterable[CacheReplica]) -> None:
         replicas = list(replicas)
@@ -168,12 +180,19 @@ class CacheReplicas:
 
     # ------------------------------------------------------------------------------------ reads
 
-    def read(self, key: Key, offset: int, max_bytes: int, min_one_batch: bool) -> CacheRead | None:
+    def read(self, key: Key, offset: int, max_bytes: int, min_one_batch: bool, *,
+             caught_up_since_ms: int | None = None) -> CacheRead | None:
         """The records at ``offset`` from the cache, or None when it cannot serve them (no cache,
-        not in sync with the coordinator, or the offset is outside it): read directly then."""
+        not in sync with the coordinator, or the offset is outside it; at its end, with
+        ``caught_up_since_ms``, only when a fill round that began then or later caught up): read
+        directly then."""
         r = self.replicas.get(key)
         if r is None or not r.covers(offset) or not r.progress.in_sync(_now_ms(), self.lag_ms):
             return None
+        if caught_up_since_ms is not None and offset == r.cache_end and r.progress.caught_up_ms < caught_up_since_ms:
+            return None
+        if r.committed_end > r.cache_end:
+            return None  # behind a commit of this broker: a produce was answered, the cache lacks it
         assert r.log is not None
         try:
             result = r.log.read(offset, max_bytes, min_one_batch)

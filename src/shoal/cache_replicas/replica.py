@@ -51,6 +51,9 @@ class CacheReplica:
     #: The coordinator's log start and high watermark as the last fill round learnt them.
     log_start: int = -1
     high_watermark: int = -1
+    #: The next offset after the records this broker itself committed last (their produce is
+    #: answered at commit, maybe before the cache has them).
+    committed_end: int = -1
     progress: Progress = field(default_factory=Progress)
 
     @property

@@ -64,7 +64,7 @@ class Appender:
         commit_interval_ms: int,
         buffer_max_bytes: int,
         cache: RangeCache,
-        on_committed: Callable[[list[TopicIdPartition]], None],
+        on_committed: Callable[[dict[TopicIdPartition, int]], None],
         metrics: BrokerMetrics,
     ) -> None:
         self._storage = storage
@@ -183,7 +183,13 @@ class Appender:
         for entry, response in zip(segment.entries, responses, strict=True):
             if not entry.future.done():
                 entry.future.set_result(response)
-        self._on_committed(list({e.partition for e in segment.entries}))
+        ends: dict[TopicIdPartition, int] = {}
+        for response in responses:
+            if response.errors == ErrorCode.none and response.assigned_base_offset >= 0:
+                r = response.request
+                end = response.assigned_base_offset + r.last_offset - r.base_offset + 1
+                ends[r.topic_id_partition] = max(ends.get(r.topic_id_partition, 0), end)
+        self._on_committed(ends)
 
     @staticmethod
     def _fail(segment: _Segment, error: KafkaError) -> None:

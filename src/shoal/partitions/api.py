@@ -209,9 +209,13 @@ class PartitionKind(Protocol):
         """A newer metadata image: take up the roles it gives this broker's replicas."""
         ...
 
-    async def read(self, reads: Sequence[KindRead], max_bytes: int, min_one_batch: bool) -> list[ReadOutcome]:
+    async def read(
+        self, reads: Sequence[KindRead], max_bytes: int, min_one_batch: bool, *, fresh_since_ms: int | None = None
+    ) -> list[ReadOutcome]:
         """Read whole batches within ``max_bytes`` in all (the first batch always comes when
-        ``min_one_batch``); answers in request order."""
+        ``min_one_batch``); answers in request order. ``fresh_since_ms`` (wall clock): the long-poll's
+        last pass, which must show every record committed before then, so a cache (diskless cache
+        replicas) may answer "nothing new" only if it caught up after that time."""
         ...
 
     async def list_offsets(self, lookups: Sequence[tuple[PartitionRef, int]]) -> list[OffsetOutcome]: ...

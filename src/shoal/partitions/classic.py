@@ -126,7 +126,9 @@ class ClassicPartitions:
     async def publish(self, image: MetadataImage) -> None:
         await self.replicas.apply_image(image)
 
-    async def read(self, reads: Sequence[KindRead], max_bytes: int, min_one_batch: bool) -> list[ReadOutcome]:
+    async def read(
+        self, reads: Sequence[KindRead], max_bytes: int, min_one_batch: bool, *, fresh_since_ms: int | None = None
+    ) -> list[ReadOutcome]:
         outcomes = []
         used = 0
         for r in reads:

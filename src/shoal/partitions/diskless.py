@@ -113,10 +113,16 @@ class DisklessPartitions:
         ]
         return _settle(futures)
 
-    async def read(self, reads: Sequence[KindRead], max_bytes: int, min_one_batch: bool) -> list[ReadOutcome]:
+    async def read(
+        self, reads: Sequence[KindRead], max_bytes: int, min_one_batch: bool, *, fresh_since_ms: int | None = None
+    ) -> list[ReadOutcome]:
         """Replicas' Fetches are answered with no records (the leader notes where their caches
         end); consumers' reads come from this broker's cache replica when it is in sync and holds
-        the offset, else straight from object storage (KIP-1163 "Consume path")."""
+        the offset, else straight from object storage (KIP-1163 "Consume path"). At the cache's end
+        the cache answers "nothing new" (the long-poll waits for it to grow), except on the
+        long-poll's last pass (``fresh_since_ms``) when it has not caught up with the coordinator
+        since the fetch began: then object storage is asked, so a lagging cache never holds back a
+        record acknowledged before the fetch longer than the fetch's max wait."""
         answers: dict[int, ReadOutcome] = {}
         direct: list[int] = []
         used = 0
@@ -126,7 +132,7 @@ class DisklessPartitions:
                 continue
             cached = (
                 self._caches.read(r.partition.wake_key, r.fetch_offset, min(r.max_bytes, max(max_bytes - used, 0)),
-                                  min_one_batch and used == 0)
+                                  min_one_batch and used == 0, caught_up_since_ms=fresh_since_ms)
                 if self._caches is not None else None
             )
             if cached is None:

@@ -6,7 +6,7 @@ object storage and ``remote_log_metadata``)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from shoal.cache_replicas.manager import CacheReplicas
@@ -78,9 +78,12 @@ def build_partitions(
     caches = CacheReplicas(config, node_id, image, reader, coordinator, run_blocking, control, notifier.committed)
     metrics.caches.track(caches)
 
-    def committed(partitions: Iterable[TopicIdPartition]) -> None:
-        notifier.committed((tp.topic_id, tp.partition) for tp in partitions)
-        caches.committed()
+    def committed(ends: dict[TopicIdPartition, int]) -> None:
+        """A WAL segment committed (``ends``: each partition's next offset): long-polls of those
+        partitions wake, except where an in-sync cache replica here will wake them once it has
+        the records (so they read them from it)."""
+        waiting_on_cache = caches.committed({(tp.topic_id, tp.partition): end for tp, end in ends.items()})
+        notifier.committed(k for k in ((tp.topic_id, tp.partition) for tp in ends) if k not in waiting_on_cache)
 
     appender = Appender(
         storage,

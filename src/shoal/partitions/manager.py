@@ -336,9 +336,12 @@ class Partitions:
         keys = [r.partition.wake_key for r in reads]
         errors = len(reads) != len(slots)
         deadline = time.monotonic() + options.max_wait_s
+        started_ms = time.time_ns() // 1_000_000
         while True:
             version = self._notifier.version(keys)
-            outcomes = await self._read_once(reads, options.max_bytes)
+            # The last pass (the wait is over) must show what was committed before the fetch began.
+            last = time.monotonic() >= deadline
+            outcomes = await self._read_once(reads, options.max_bytes, fresh_since_ms=started_ms if last else None)
             total = sum(len(o.records) for o in outcomes)
             remaining = deadline - time.monotonic()
             if (
@@ -383,7 +386,9 @@ class Partitions:
             return None
         return preferred_read_replica(image, p, options.client_rack)
 
-    async def _read_once(self, reads: list[KindRead], max_bytes: int) -> list[ReadOutcome]:
+    async def _read_once(
+        self, reads: list[KindRead], max_bytes: int, *, fresh_since_ms: int | None = None
+    ) -> list[ReadOutcome]:
         """One pass over the kinds, diskless first (its reads are batched in one coordinator
         call), each within what is left of the response's ``max_bytes``."""
         by_kind: dict[str, list[int]] = {}
@@ -394,7 +399,7 @@ class Partitions:
         for name in sorted(by_kind, key=lambda n: n != "diskless"):
             indexes = by_kind[name]
             results = await self._kinds[name].read(
-                [reads[i] for i in indexes], max(max_bytes - used, 0), min_one_batch=used == 0
+                [reads[i] for i in indexes], max(max_bytes - used, 0), min_one_batch=used == 0, fresh_since_ms=fresh_since_ms
             )
             answers.update(zip(indexes, results, strict=True))
             used += sum(len(o.records) for o in results)
