@@ -175,8 +175,7 @@ class RemoteLogManager:
                 await self._update(metadata, FINISHED, custom)
             except Exception:
                 self.copy_errors += 1
-                with contextlib.suppress(Exception):  # do not leave the parts behind
-                    await self._delete_segment(metadata)
+                await self._abandon(metadata)
                 raise
             finally:
                 self._copying.discard(metadata.segment_id)
@@ -184,6 +183,17 @@ class RemoteLogManager:
             self.copied_bytes[tp.topic] = self.copied_bytes.get(tp.topic, 0) + segment.size
             log.info("%s-%d: copied segment %d..%d (%d bytes) to remote storage", tp.topic, tp.partition,
                      segment.base_offset, segment.end_offset, segment.size)
+
+    async def _abandon(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """A copy that failed leaves no parts behind: its metadata goes to DELETE_SEGMENT_FINISHED
+        and its data is deleted, the data also when the metadata cannot move (another leader
+        already deleted this copy, thinking it abandoned, while this broker was paused and then
+        uploaded the rest)."""
+        try:
+            await self._delete_segment(metadata)
+        except Exception:
+            with contextlib.suppress(Exception):
+                await self._rsm.delete_log_segment_data(metadata)
 
     async def _update(self, metadata: RemoteLogSegmentMetadata, state: RemoteLogSegmentState,
                       custom: bytes | None = None) -> None:
