@@ -7,8 +7,8 @@ local data), offsets are gapless, ListOffsets earliest (-2) and earliest local (
 the RemoteLogMetadataManager, and no object under ``tiered/`` outlives the segment it belongs to.
 
 One more pauses the leader mid-copy with SIGSTOP (the new leader deletes the copy it finds
-unfinished; the old one, continued, must not leave what it uploads then), and one (xfail, a known
-bug) kills it after a DeleteRecords into remote data.
+unfinished; the old one, continued, must not leave what it uploads then), and one kills it after a
+DeleteRecords into remote data (the new leader keeps the log start: it is in the shared store).
 
 Crashes are placed with a fault-injecting object storage (``faulty+file://``, latency only): with
 uploads (or deletes) slowed down, a copy (or delete) takes long enough that the test sees it in
@@ -21,7 +21,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -497,46 +496,36 @@ def test_leader_killed_mid_remote_delete_leaves_no_orphans_and_a_consistent_log_
     assert seen == sorted(seen), f"ListOffsets earliest went backwards: {earliest_seen}, then {earliest}"
 
 
-@contextmanager
-def before_the_known_bug() -> Iterator[None]:
-    """A step of an xfail test before the check of its known bug: its failure is a real one."""
-    try:
-        yield
-    except AssertionError as exc:
-        pytest.fail(f"failed before the known bug's check: {exc}")
-
-
 @pytest.mark.timeout(180)
 def test_leader_paused_mid_copy_leaves_no_orphans_when_it_resumes(make_cluster: Callable[..., Cluster]) -> None:
     """The leader is SIGSTOPped half way through a copy; the new leader deletes the copy it finds
     COPY_SEGMENT_STARTED (the old leader's, not its own); then the old leader is continued and
     its copy carries on where it stopped. Whatever it uploads then must not stay in remote storage
     without a segment the RLMM lists."""
-    with before_the_known_bug():
-        cluster = make_cluster(faults=True)
-        create_topic(cluster)
-        remote = Remote(cluster)
-        producer = AckingProducer(cluster.bootstrap, rate=250)
-        producer.start()
+    cluster = make_cluster(faults=True)
+    create_topic(cluster)
+    remote = Remote(cluster)
+    producer = AckingProducer(cluster.bootstrap, rate=250)
+    producer.start()
+    try:
+        wait_until(lambda: len(remote.finished()) >= 2, "segments copied before the faults", 60)
+        set_faults(cluster, upload=Fault(latency_ms=400))
+        victim = leader(cluster)
+        segment, sid, parts = remote.wait_half_done(victim, STARTED)
+        cluster.pause(victim)
         try:
-            wait_until(lambda: len(remote.finished()) >= 2, "segments copied before the faults", 60)
-            set_faults(cluster, upload=Fault(latency_ms=400))
-            victim = leader(cluster)
-            segment, sid, parts = remote.wait_half_done(victim, STARTED)
-            cluster.pause(victim)
-            try:
-                set_faults(cluster)
-                successor = leader(cluster, not_on=victim)
-                wait_until(lambda: sid not in {kafka_uuid(s.segment_id.id) for s in remote.segments()},
-                           f"the new leader {successor} deleting the stale copy {sid}", 30)
-                deleted = sorted(remote.objects()[0].get(sid, ()))
-            finally:
-                cluster.resume(victim)
-            wait_in_sync(cluster)
-        finally:
             set_faults(cluster)
-            producer.finish()
-        summary = check_read_back(cluster, producer, 0)
+            successor = leader(cluster, not_on=victim)
+            wait_until(lambda: sid not in {kafka_uuid(s.segment_id.id) for s in remote.segments()},
+                       f"the new leader {successor} deleting the stale copy {sid}", 30)
+            deleted = sorted(remote.objects()[0].get(sid, ()))
+        finally:
+            cluster.resume(victim)
+        wait_in_sync(cluster)
+    finally:
+        set_faults(cluster)
+        producer.finish()
+    summary = check_read_back(cluster, producer, 0)
     print(f"broker {victim} paused copying {segment.start_offset}..{segment.end_offset} ({sid}) with {parts} "
           f"uploaded; broker {successor} deleted it, leaving {deleted}\n{summary}")
     try:
@@ -546,10 +535,6 @@ def test_leader_paused_mid_copy_leaves_no_orphans_when_it_resumes(make_cluster: 
         remote.close()
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "A DeleteRecords offset inside remote data lives only in the leader's memory (RemoteLogManager._log_starts): "
-    "a new leader answers ListOffsets earliest with the first remote segment's start and serves the deleted "
-    "records below the offset again"))
 @pytest.mark.timeout(120)
 def test_delete_records_into_remote_data_survives_a_leader_kill(make_cluster: Callable[..., Cluster]) -> None:
     """DeleteRecords to an offset inside a remote-only segment moves the log start there (KIP-107);
@@ -557,32 +542,31 @@ def test_delete_records_into_remote_data_survives_a_leader_kill(make_cluster: Ca
     from the beginning must not go back below it."""
     from confluent_kafka import TopicPartition
 
-    with before_the_known_bug():
-        cluster = make_cluster()
-        create_topic(cluster)
-        remote = Remote(cluster)
-        producer = AckingProducer(cluster.bootstrap, rate=400)
-        producer.start()
-        try:
-            wait_until(lambda: len(remote.finished()) >= 6, "segments copied", 60)
-        finally:
-            producer.finish()
-        wait_until(lambda: leader_offset(cluster, EARLIEST_LOCAL)[1] > remote.finished()[2].end_offset + 1,
-                   "the third remote segment deleted locally", 30)
-        third = remote.finished()[2]
-        remote.close()
-        target = (third.start_offset + third.end_offset) // 2
-        admin = admin_client(cluster.bootstrap)
-        request = TopicPartition(TOPIC, 0, target)
-        assert admin.delete_records([request])[request].result(30).low_watermark == target
-        victim, before = leader_offset(cluster, EARLIEST)
-        first_read = confluent_consume(cluster.bootstrap, TOPIC, [0], 1, timeout=30, settle=0)[0].offset
-        assert (before, first_read) == (target, target), "DeleteRecords into remote data on the leader"
-        kill(cluster, victim)
-        successor = leader(cluster, not_on=victim)
-        time.sleep(1)
-        after = offset_on(cluster, successor, EARLIEST)
-        reread = confluent_consume(cluster.bootstrap, TOPIC, [0], 1, timeout=30, settle=0)[0].offset
+    cluster = make_cluster()
+    create_topic(cluster)
+    remote = Remote(cluster)
+    producer = AckingProducer(cluster.bootstrap, rate=400)
+    producer.start()
+    try:
+        wait_until(lambda: len(remote.finished()) >= 6, "segments copied", 60)
+    finally:
+        producer.finish()
+    wait_until(lambda: leader_offset(cluster, EARLIEST_LOCAL)[1] > remote.finished()[2].end_offset + 1,
+               "the third remote segment deleted locally", 30)
+    third = remote.finished()[2]
+    remote.close()
+    target = (third.start_offset + third.end_offset) // 2
+    admin = admin_client(cluster.bootstrap)
+    request = TopicPartition(TOPIC, 0, target)
+    assert admin.delete_records([request])[request].result(30).low_watermark == target
+    victim, before = leader_offset(cluster, EARLIEST)
+    first_read = confluent_consume(cluster.bootstrap, TOPIC, [0], 1, timeout=30, settle=0)[0].offset
+    assert (before, first_read) == (target, target), "DeleteRecords into remote data on the leader"
+    kill(cluster, victim)
+    successor = leader(cluster, not_on=victim)
+    time.sleep(1)
+    after = offset_on(cluster, successor, EARLIEST)
+    reread = confluent_consume(cluster.bootstrap, TOPIC, [0], 1, timeout=30, settle=0)[0].offset
     print(f"DeleteRecords to {target} in remote segment {third.start_offset}..{third.end_offset}: earliest "
           f"{before}, first record read {first_read} on {victim}; after SIGKILL of {victim}: earliest {after} on "
           f"{successor}, first record read {reread}")

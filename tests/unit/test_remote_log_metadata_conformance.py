@@ -555,3 +555,21 @@ def test_the_stores_of_a_configuration_include_the_remote_log_metadata(tmp_path:
         assert reader.partitions_with_segments() == [TP]
     finally:
         reader.close()
+
+
+# --------------------------------------------------------------------------- log start
+
+
+def test_the_log_start_offset_only_moves_forward_and_is_shared(rlmm, store_url: str) -> None:
+    assert rlmm.log_start_offset(TP) is None
+    rlmm.put_log_start_offset(TP, 218)
+    rlmm.put_log_start_offset(TP, 100)  # a stale DeleteRecords does not move it back
+    assert rlmm.log_start_offset(TP) == 218
+    assert rlmm.log_start_offset(TP1) is None
+    other = open_remote_log_metadata_manager_at(store_url)  # another broker, after a failover
+    try:
+        assert other.log_start_offset(TP) == 218
+        other.put_log_start_offset(TP, 300)
+    finally:
+        other.close()
+    assert rlmm.log_start_offset(TP) == 300

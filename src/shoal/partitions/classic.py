@@ -250,7 +250,7 @@ class ClassicPartitions:
                 # Remote segments below the new log start go too; a log start inside remote data
                 # stays there (the local log cannot go below its own start).
                 target = low if offset == -1 else offset
-                self.remote.delete_records(tp, target)
+                await self.remote.delete_records(tp, target)
                 low = await self.remote.log_start(tp, low) if target < low else low
             outcomes.append(DeleteOutcome(ErrorCode.none, low))
         return outcomes

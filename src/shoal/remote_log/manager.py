@@ -84,8 +84,6 @@ class RemoteLogManager:
         self.reader = RemoteReader(rsm)
         self._task: asyncio.Task[None] | None = None
         self._copying: set[RemoteLogSegmentId] = set()
-        #: Partition -> its log start when below the local one (DeleteRecords into remote data).
-        self._log_starts: dict[TopicIdPartition, int] = {}
         self._wake = asyncio.Event()
         self.copied_bytes: dict[str, int] = {}
         self.copy_errors = 0
@@ -232,8 +230,8 @@ class RemoteLogManager:
                     break
                 excess -= s.segment_size_in_bytes
                 expiring.append(s)
-        start = self._log_starts.get(tp)
-        if start is not None:
+        start = await self._deleted_below(tp)
+        if start >= 0:
             expiring += [s for s in finished if s.end_offset < start and s not in expiring]
         for s in doomed + expiring:
             try:
@@ -255,11 +253,11 @@ class RemoteLogManager:
         """The partition's log start: its first remote segment's (or the DeleteRecords offset)."""
         finished = await self._finished(tp)
         first = finished[0].start_offset if finished else local_start
-        return min(max(first, self._log_starts.get(tp, first)), local_start)
+        return min(max(first, await self._deleted_below(tp)), local_start)
 
     async def read(self, tp: TopicIdPartition, offset: int, max_bytes: int, min_one_batch: bool) -> bytes | None:
         """Batches from ``offset`` out of remote segments; None when no remote segment holds it."""
-        if offset < self._log_starts.get(tp, -1):
+        if offset < await self._deleted_below(tp):
             return None
         segment = floor_segment(await self._finished(tp), offset)
         if segment is None:
@@ -268,7 +266,7 @@ class RemoteLogManager:
 
     async def offset_for_timestamp(self, tp: TopicIdPartition, timestamp: int) -> tuple[int, int] | None:
         """The first remote record at or after ``timestamp`` (None: none remote)."""
-        start = self._log_starts.get(tp, -1)
+        start = await self._deleted_below(tp)
         for segment in await self._finished(tp):
             if segment.max_timestamp_ms >= timestamp and segment.end_offset >= start:
                 found = await self.reader.offset_for_timestamp(segment, timestamp)
@@ -280,9 +278,16 @@ class RemoteLogManager:
         finished = await self._finished(tp)
         return max((s.end_offset for s in finished), default=-1)
 
-    def delete_records(self, tp: TopicIdPartition, offset: int) -> None:
-        """DeleteRecords into remote data: the log start moves, the next round deletes what is below."""
-        self._log_starts[tp] = max(offset, self._log_starts.get(tp, -1))
+    async def _deleted_below(self, tp: TopicIdPartition) -> int:
+        """The DeleteRecords log start of the partition (-1: none), from the shared store every
+        time (an indexed lookup), so a new leader or a follower serving reads never uses a stale one."""
+        stored = await self._run_blocking(self._rlmm.log_start_offset, tp)
+        return -1 if stored is None else stored
+
+    async def delete_records(self, tp: TopicIdPartition, offset: int) -> None:
+        """DeleteRecords into remote data: the log start moves (durably, in the shared metadata
+        store), the next round deletes the segments below it."""
+        await self._run_blocking(self._rlmm.put_log_start_offset, tp, offset)
         self.poke()
 
     async def _finish_disablements(self) -> None:

@@ -226,6 +226,16 @@ class RemoteLogMetadataManager(Protocol):
 
     def remote_partition_delete_state(self, tp: TopicIdPartition) -> RemotePartitionDeleteState | None: ...
 
+    def put_log_start_offset(self, tp: TopicIdPartition, offset: int) -> None:
+        """A DeleteRecords offset inside remote data (Kafka keeps the log start in each replica's
+        log-start-offset checkpoint; here every broker reads it from the shared store, so a new
+        leader keeps it). Only ever moves forward."""
+        ...
+
+    def log_start_offset(self, tp: TopicIdPartition) -> int | None:
+        """The offset ``put_log_start_offset`` recorded for the partition, if any."""
+        ...
+
     def partitions_with_segments(self) -> list[TopicIdPartition]:
         """Every partition with segments recorded (for cleaning up after deleted topics)."""
         ...

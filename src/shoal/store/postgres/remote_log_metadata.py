@@ -89,6 +89,14 @@ _MIGRATIONS = [
         PRIMARY KEY (topic_id, partition)
     )
     """,
+    """
+    CREATE TABLE remote_log_start_offsets (
+        topic_id UUID NOT NULL,
+        partition INTEGER NOT NULL,
+        log_start_offset BIGINT NOT NULL,
+        PRIMARY KEY (topic_id, partition)
+    )
+    """,
 ]
 
 _SELECT = "SELECT " + ", ".join(f"s.{c}" for c in SEGMENT_COLUMNS) + " FROM remote_log_segments s"
@@ -257,6 +265,27 @@ class PostgresRemoteLogMetadataManager(PooledStore):
             return None if row is None else RemotePartitionDeleteState(row[0])
 
         return self._run("reading a remote partition deletion", work)
+
+    def put_log_start_offset(self, tp: TopicIdPartition, offset: int) -> None:
+        def work(conn: psycopg.Connection) -> None:
+            conn.execute(
+                "INSERT INTO remote_log_start_offsets (topic_id, partition, log_start_offset) VALUES (%s, %s, %s) "
+                "ON CONFLICT (topic_id, partition) DO UPDATE SET "
+                "log_start_offset = GREATEST(remote_log_start_offsets.log_start_offset, excluded.log_start_offset)",
+                (tp.topic_id, tp.partition, offset),
+            )
+
+        self._run("recording a remote log start offset", work)
+
+    def log_start_offset(self, tp: TopicIdPartition) -> int | None:
+        def work(conn: psycopg.Connection) -> int | None:
+            row = conn.execute(
+                "SELECT log_start_offset FROM remote_log_start_offsets WHERE topic_id = %s AND partition = %s",
+                (tp.topic_id, tp.partition),
+            ).fetchone()
+            return None if row is None else int(row[0])
+
+        return self._run("reading a remote log start offset", work)
 
     def partitions_with_segments(self) -> list[TopicIdPartition]:
         def work(conn: psycopg.Connection) -> list[TopicIdPartition]:

@@ -80,6 +80,14 @@ _MIGRATIONS = [
         PRIMARY KEY (topic_id, partition)
     ) WITHOUT ROWID
     """,
+    """
+    CREATE TABLE remote_log_start_offsets (
+        topic_id BLOB NOT NULL,
+        partition INTEGER NOT NULL,
+        log_start_offset INTEGER NOT NULL,
+        PRIMARY KEY (topic_id, partition)
+    ) WITHOUT ROWID
+    """,
 ]
 
 _SELECT = "SELECT " + ", ".join(f"s.{c}" for c in SEGMENT_COLUMNS) + " FROM remote_log_segments s"
@@ -218,6 +226,23 @@ class SqliteRemoteLogMetadataManager:
                 (tp.topic_id.bytes, tp.partition),
             ).fetchone()
         return None if row is None else RemotePartitionDeleteState(row[0])
+
+    def put_log_start_offset(self, tp: TopicIdPartition, offset: int) -> None:
+        with self._lock, self._write() as conn:
+            conn.execute(
+                "INSERT INTO remote_log_start_offsets (topic_id, partition, log_start_offset) VALUES (?, ?, ?) "
+                "ON CONFLICT (topic_id, partition) DO UPDATE SET "
+                "log_start_offset = MAX(log_start_offset, excluded.log_start_offset)",
+                (tp.topic_id.bytes, tp.partition, offset),
+            )
+
+    def log_start_offset(self, tp: TopicIdPartition) -> int | None:
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT log_start_offset FROM remote_log_start_offsets WHERE topic_id = ? AND partition = ?",
+                (tp.topic_id.bytes, tp.partition),
+            ).fetchone()
+        return None if row is None else int(row[0])
 
     def partitions_with_segments(self) -> list[TopicIdPartition]:
         with self._lock:
