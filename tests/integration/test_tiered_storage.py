@@ -136,6 +136,10 @@ def check_tiered_topic(broker: BrokerProcess, topic: str) -> None:
     assert list_offset(broker.port, topic, -2) == (ErrorCode.none, 0)  # the whole log, remote included
     assert 0 < local_start <= tiered + 1 <= RECORDS, (local_start, tiered)
     assert list_offset(broker.port, topic, -1) == (ErrorCode.none, RECORDS)
+    described = describe(broker, topic)
+    line = next(x for x in described.splitlines() if "Partition: 0" in x)
+    local_now = list_offset(broker.port, topic, -4)[1]
+    assert "\tLogStartOffset: 0\t" in line and f"\tLocalLogStartOffset: {local_now}" in line, line
     read_with_all_clients(broker, topic, values)
 
 
@@ -221,13 +225,17 @@ def alter(broker: BrokerProcess, topic: str, **configs: str) -> str:
     return ""
 
 
-def tiered_state(broker: BrokerProcess, topic: str) -> tuple[str, str]:
-    """(TieredState, TieredEpoch) as ``shoal topics describe`` prints them."""
-    out = subprocess.run(
+def describe(broker: BrokerProcess, topic: str) -> str:
+    """What ``shoal topics describe --topic`` prints."""
+    return subprocess.run(
         [str(Path(sys.executable).parent / "shoal"), "topics", "describe", "--bootstrap-server", broker.bootstrap,
          "--topic", topic], capture_output=True, text=True, timeout=60, check=True,
     ).stdout
-    line = next(x for x in out.splitlines() if x.startswith("Topic:"))
+
+
+def tiered_state(broker: BrokerProcess, topic: str) -> tuple[str, str]:
+    """(TieredState, TieredEpoch) as ``shoal topics describe`` prints them."""
+    line = next(x for x in describe(broker, topic).splitlines() if x.startswith("Topic:"))
     fields = dict(part.split(": ", 1) for part in line.split("\t") if ": " in part)
     return fields.get("TieredState", ""), fields.get("TieredEpoch", "")
 

@@ -17,6 +17,7 @@ from typing import Any
 import typer
 
 from shoal.cli.kafka_client import (
+    EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     BrokerConnection,
@@ -229,6 +230,16 @@ class TopicAdmin:
             for name, entries in self.describe_configs(unknown, [DISKLESS_CONFIG]).items():
                 flags[name] = any(e.name == DISKLESS_CONFIG and e.value == "true" for e in entries)
         return {n: bool(flag) for n, flag in flags.items()}
+
+    def local_log_starts(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """The local log start (ListOffsets -4, KIP-405) of tiered partitions; None where unknown."""
+        if not partitions:
+            return {}
+        found = self.client.list_offsets(dict.fromkeys(partitions, EARLIEST_LOCAL_TIMESTAMP))
+        return {
+            tp: a.offset if (a := found.get(tp)) is not None and a.error == ErrorCode.none else None
+            for tp in partitions
+        }
 
     def log_offsets(self, partitions: Sequence[TopicPartition]) -> dict[TopicPartition, tuple[int | None, int | None]]:
         """(log start, log end) of each partition from ListOffsets earliest/latest; None where unknown."""

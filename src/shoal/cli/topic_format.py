@@ -164,13 +164,19 @@ def describe_lines(
     partitions: Mapping[str, Sequence[PartitionMeta]],
     offsets: Mapping[tuple[str, int], Offsets],
     headers: Mapping[str, tuple[Sequence[ConfigEntry], bool]] | None,
+    local_starts: Mapping[tuple[str, int], int | None] | None = None,
 ) -> list[str]:
     """The lines of ``describe``: per topic (in ``partitions``' order) its topic line when ``headers``
-    gives its configs and kind (None: no topic lines, as with a report), then its partition lines."""
+    gives its configs and kind (None: no topic lines, as with a report), then its partition lines
+    (with ``LocalLogStartOffset`` for tiered partitions in ``local_starts``)."""
     lines: list[str] = []
     for name, parts in partitions.items():
         if headers is not None:
             configs, is_diskless = headers[name]
             lines.append(topic_line(cluster.topics[name], configs, is_diskless))
-        lines.extend(partition_line(name, p, offsets.get((name, p.partition), _NO_OFFSETS)) for p in parts)
+        for p in parts:
+            line = partition_line(name, p, offsets.get((name, p.partition), _NO_OFFSETS))
+            if local_starts and (name, p.partition) in local_starts:
+                line += f"\tLocalLogStartOffset: {_offset(local_starts[(name, p.partition)])}"
+            lines.append(line)
     return lines

@@ -237,6 +237,7 @@ def describe(
                 raise broker_failure(meta.error, None)
         headers: dict[str, tuple[list[ConfigEntry], bool]] | None = None
         min_isr: dict[str, int] | None = None
+        tiered: list[str] = []
         if not reports.any:
             configs = admin.describe_configs(names)
             tiered = [n for n in names if any(
@@ -263,7 +264,11 @@ def describe(
         offsets = admin.log_offsets(
             [TopicPartition(n, p.partition) for n, parts in selected.items() for p in parts if p.leader >= 0]
         )
-    for line in describe_lines(cluster, selected, offsets, headers):
+        local_starts = admin.local_log_starts([
+            TopicPartition(n, p.partition) for n, parts in selected.items() if n in tiered
+            for p in parts if p.leader >= 0
+        ]) if tiered else {}
+    for line in describe_lines(cluster, selected, offsets, headers, local_starts):
         typer.echo(line)
 
 

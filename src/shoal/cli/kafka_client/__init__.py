@@ -47,6 +47,7 @@ from shoal.cli.kafka_client.errors import (
 )
 from shoal.cli.kafka_client.group_apis import GroupDescription, GroupListing, MemberDescription
 from shoal.cli.kafka_client.offset_apis import (
+    EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     UNKNOWN_OFFSET,
@@ -64,6 +65,7 @@ __all__ = [
     "CLIENT_VERSIONS",
     "DEFAULT_BOOTSTRAP",
     "DEFAULT_CLIENT_ID",
+    "EARLIEST_LOCAL_TIMESTAMP",
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
     "UNKNOWN_OFFSET",

@@ -17,6 +17,7 @@ from shoal.protocol.errors import ErrorCode
 
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
+EARLIEST_LOCAL_TIMESTAMP = -4  # KIP-405: the first offset still on the leader's disk
 UNKNOWN_OFFSET = -1
 
 _LEADER_RETRY = frozenset(
