@@ -28,6 +28,7 @@ from typing import Annotated
 import typer
 
 from shoal.cli.diskless_metadata import MetadataStoreReader, ToolError, format_time
+from shoal.cli.dump_remote import fetch_remote_segment, remote_label
 from shoal.cli.store_options import ConfigOpt, DataDirOpt, MetadataDirOpt, OverrideOpt, tool_config
 from shoal.coordinator.api import BatchInfo, ObjectDescription
 from shoal.protocol.errors import KafkaError
@@ -361,6 +362,11 @@ def dump_log(
     deep_iteration: Annotated[
         bool, typer.Option("--deep-iteration", help="Print every record's metadata (no key or payload).")
     ] = False,
+    remote_segment: Annotated[
+        list[str] | None,
+        typer.Option("--remote-segment", help="TOPIC:PARTITION:OFFSET: dump the tiered (remote) segment holding "
+                     "that offset, read through the remote storage (needs the stores).", show_default=False),
+    ] = None,
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
     metadata_dir: MetadataDirOpt = None,
@@ -371,8 +377,8 @@ def dump_log(
     With the stores (``--config``, ``--data-dir``, or ``./shoal-data`` when it exists), each WAL
     batch is shown with its topic and assigned offsets."""
     paths = [*(files or []), *(Path(p.strip()) for p in (files_opt or "").split(",") if p.strip())]
-    if not paths:
-        typer.echo("Error: Missing required argument: give FILE... or --files", err=True)
+    if not paths and not remote_segment:
+        typer.echo("Error: Missing required argument: give FILE..., --files or --remote-segment", err=True)
         raise typer.Exit(2)
     store: MetadataStoreReader | None = None
     explicit = config is not None or data_dir is not None or metadata_dir is not None
@@ -387,6 +393,15 @@ def dump_log(
     try:
         for path in paths:
             dump_file(out, path, deep_iteration, print_data, store)
+        for spec in remote_segment or ():
+            try:
+                segment, data = fetch_remote_segment(tool_config(config, data_dir, metadata_dir, override), spec)
+            except ToolError as exc:
+                typer.echo(f"Error: {exc}", err=True)
+                raise typer.Exit(exc.exit_code) from None
+            label = remote_label(segment)
+            out.line(f"Dumping {label}")
+            dump_classic(out, label, data, deep_iteration, print_data)
         sys.stdout.flush()
     except BrokenPipeError:  # `| head`: stop quietly, as a pipeline expects
         # Point stdout at /dev/null so the interpreter's final flush does not fail again.
