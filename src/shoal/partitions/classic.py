@@ -165,10 +165,10 @@ class ClassicPartitions:
         log_ = self.replicas.get(r.partition.name, r.partition.partition)
         if r.fetch_offset >= log_.log_start_offset:
             return None  # past the log end: OFFSET_OUT_OF_RANGE stands
-        records = await self.remote.read(tp, r.fetch_offset, max_bytes, min_one)
-        if records is None:
+        found = await self.remote.read(tp, r.fetch_offset, max_bytes, min_one, log_.log_start_offset)
+        if found is None:
             return None
-        start = await self.remote.log_start(tp, log_.log_start_offset)
+        records, start = found
         hw = log_.high_watermark
         return ReadOutcome(ErrorCode.none, hw, hw, start, records)
 

@@ -249,20 +249,29 @@ class RemoteLogManager:
         segments = await self._run_blocking(self._rlmm.list_remote_log_segments, tp)
         return sorted((s for s in segments if s.state == FINISHED), key=lambda s: s.start_offset)
 
+    @staticmethod
+    def _start_of(finished: list[RemoteLogSegmentMetadata], deleted_below: int, local_start: int) -> int:
+        first = finished[0].start_offset if finished else local_start
+        return min(max(first, deleted_below), local_start)
+
     async def log_start(self, tp: TopicIdPartition, local_start: int) -> int:
         """The partition's log start: its first remote segment's (or the DeleteRecords offset)."""
-        finished = await self._finished(tp)
-        first = finished[0].start_offset if finished else local_start
-        return min(max(first, await self._deleted_below(tp)), local_start)
+        return self._start_of(await self._finished(tp), await self._deleted_below(tp), local_start)
 
-    async def read(self, tp: TopicIdPartition, offset: int, max_bytes: int, min_one_batch: bool) -> bytes | None:
-        """Batches from ``offset`` out of remote segments; None when no remote segment holds it."""
-        if offset < await self._deleted_below(tp):
+    async def read(
+        self, tp: TopicIdPartition, offset: int, max_bytes: int, min_one_batch: bool, local_start: int
+    ) -> tuple[bytes, int] | None:
+        """Batches from ``offset`` out of remote segments, with the partition's log start (one
+        look at the metadata for both); None when no remote segment holds the offset."""
+        deleted_below = await self._deleted_below(tp)
+        if offset < deleted_below:
             return None
-        segment = floor_segment(await self._finished(tp), offset)
+        finished = await self._finished(tp)
+        segment = floor_segment(finished, offset)
         if segment is None:
             return None
-        return await self.reader.read(segment, offset, max_bytes, min_one_batch)
+        records = await self.reader.read(segment, offset, max_bytes, min_one_batch)
+        return records, self._start_of(finished, deleted_below, local_start)
 
     async def offset_for_timestamp(self, tp: TopicIdPartition, timestamp: int) -> tuple[int, int] | None:
         """The first remote record at or after ``timestamp`` (None: none remote)."""
