@@ -405,6 +405,15 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             at_least(1),
         ),
         ConfigDef(
+            "remote.fetch.max.wait.ms",
+            ConfigType.INT,
+            500,
+            "How long a Fetch waits for a read from remote storage (Kafka's default). A read that takes longer "
+            "answers the partition with no records, and the consumer fetches again; the read finishes in the "
+            "background, so the segment's index is cached by then.",
+            at_least(1),
+        ),
+        ConfigDef(
             "diskless.system.enable",
             ConfigType.BOOLEAN,
             False,

@@ -356,8 +356,10 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             "Tiered storage for the topic (KIP-405): the leader copies rolled segments to remote storage and "
             "local segments are then kept by `local.retention.*`, the whole log by `retention.*`. Needs "
             "`remote.log.storage.system.enable=true` on the brokers (else refused with Kafka's message); "
-            "refused for compacted topics, and for diskless topics in this version. Turning it off needs "
-            "`remote.log.delete.on.disable=true` (KIP-950 as Kafka 3.9 ships it).",
+            "refused for compacted topics. On a diskless topic (KIP-1163) the partition leader builds segments "
+            "from the Batch Coordinator's batches and copies them; the coordinator then drops those batches, so "
+            "WAL objects and coordinator rows stay bounded while the oldest offsets are read from tiered "
+            "segments. Turning it off needs `remote.log.delete.on.disable=true` (KIP-950 as Kafka 3.9 ships it).",
         ),
         _def(
             "local.retention.ms",
@@ -457,11 +459,6 @@ def _check_together(values: Mapping[str, Any], remote_storage_system_enabled: bo
         )
     if "compact" in _value(values, "cleanup.policy"):  # validateNoRemoteStorageForCompactedTopic
         raise ConfigError("Remote log storage is unsupported for the compacted topics")
-    if _value(values, "diskless.enable"):
-        raise ConfigError(
-            "Tiered storage of diskless topics (KIP-1163) is not supported by this Shoal version yet; "
-            "diskless topics keep all their data in object storage"
-        )
     for unit in ("ms", "bytes"):  # validateRemoteStorageRetentionSize / ...Time
         total, local = _retention(values, unit), _value(values, f"local.retention.{unit}")
         if total != -1 and local != -2 and (local == -1 or local > total):

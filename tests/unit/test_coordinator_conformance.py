@@ -23,6 +23,8 @@ from shoal.coordinator.api import (
     CreateTopicAndPartitionsRequest,
     DeleteFilesRequest,
     DeleteRecordsRequest,
+    DeleteTieredBatchesRequest,
+    EnforceRetentionRequest,
     FindBatchRequest,
     ListOffsetsRequest,
     ListOffsetsTimestamp,
@@ -385,6 +387,7 @@ def test_list_offsets(coord: Coordinator, clock: FakeClock) -> None:
     coord.delete_records([DeleteRecordsRequest(tp(0), 13)])
     assert lookup(0) == (ErrorCode.none, 300, 13)
     assert lookup(ListOffsetsTimestamp.EARLIEST) == (ErrorCode.none, -1, 13)
+    assert lookup(ListOffsetsTimestamp.EARLIEST_LOCAL) == (ErrorCode.none, -1, 13)
     # MAX_TIMESTAMP ties: the earliest batch holding the max.
     commit(coord, batch(2, ts=7), batch(2, ts=9), batch(2, ts=9))
     assert lookup(ListOffsetsTimestamp.MAX_TIMESTAMP, partition=2) == (ErrorCode.none, 9, 1)
@@ -417,6 +420,101 @@ def test_delete_records_moves_start_and_marks_objects(coord: Coordinator, clock:
     assert [f.object_key for f in files] == ["a"]  # "b" still holds partition 1
     assert files[0].marked_for_deletion_at == datetime.fromtimestamp(clock.now / 1000, tz=UTC)
     assert commit(coord, batch(0))[0].assigned_base_offset == 30
+
+
+def test_delete_tiered_batches_keeps_log_start(coord: Coordinator, clock: FakeClock) -> None:
+    commit(coord, batch(0, records=10), batch(0, records=10), key="a")  # 0-19
+    commit(coord, batch(0, records=10), batch(1, records=5), key="b")  # 20-29, p1 0-4
+    commit(coord, batch(0, records=10), batch(0, records=10), key="c")  # 30-49
+    clock.now += 1000
+    moved = ErrorCode.offset_moved_to_tiered_storage
+
+    def delete(*reqs: tuple[int, int]) -> list[tuple[ErrorCode, int, int, int]]:
+        rs = coord.delete_tiered_batches([DeleteTieredBatchesRequest(tp(p), o) for p, o in reqs])
+        return [(r.errors, r.batches_deleted, r.bytes_deleted, r.local_start_offset) for r in rs]
+
+    def find(offset: int, partition: int = 0) -> tuple[ErrorCode, list[int], int, int]:
+        r = coord.find_batches([FindBatchRequest(tp(partition), offset, 10**6)], 10**6)[0]
+        return r.errors, [b.metadata.base_offset for b in r.batches], r.log_start_offset, r.high_watermark
+
+    def lookup(ts: int, partition: int = 0) -> int:
+        return coord.list_offsets([ListOffsetsRequest(tp(partition), ts)])[0].offset
+
+    assert delete((0, 30), (0, 51), (0, -1), (9, 0)) == [
+        (ErrorCode.none, 3, 300, 30),
+        (ErrorCode.offset_out_of_range, 0, 0, -1),
+        (ErrorCode.offset_out_of_range, 0, 0, -1),
+        (ErrorCode.unknown_topic_or_partition, 0, 0, -1),
+    ]
+    assert coord.get_log_info(TOPIC, 0) == (0, 50, 200)
+    assert (lookup(ListOffsetsTimestamp.EARLIEST), lookup(ListOffsetsTimestamp.EARLIEST_LOCAL)) == (0, 30)
+    assert lookup(ListOffsetsTimestamp.LATEST) == 50
+    for offset in (0, 15, 29):
+        assert find(offset) == (moved, [], 0, 50)
+    assert find(30) == find(35) == (ErrorCode.none, [30, 40], 0, 50)
+    assert find(50) == (ErrorCode.none, [], 0, 50)
+    assert find(-1)[0] == find(51)[0] == ErrorCode.offset_out_of_range
+    assert find(0, partition=1) == (ErrorCode.none, [0], 0, 5)
+    # Every batch of "a" went; "b" still holds partition 1.
+    files = coord.get_files_to_delete()
+    assert [f.object_key for f in files] == ["a"]
+    assert files[0].marked_for_deletion_at == datetime.fromtimestamp(clock.now / 1000, tz=UTC)
+    desc = coord.describe_topic(TOPIC)
+    assert desc is not None and desc.partitions[0].byte_size == 200
+    assert (desc.object_count, desc.object_bytes, desc.deleted_object_count, desc.deleted_object_bytes) == (
+        2,
+        400,
+        1,
+        200,
+    )
+    # Offsets inside a batch or already gone delete nothing; requests apply in order.
+    assert delete((0, 35), (0, 10)) == [(ErrorCode.none, 0, 0, 30)] * 2
+    assert delete((0, 40), (0, 50)) == [(ErrorCode.none, 1, 100, 40), (ErrorCode.none, 1, 100, 50)]
+    assert coord.get_log_info(TOPIC, 0) == (0, 50, 0)
+    assert (lookup(ListOffsetsTimestamp.EARLIEST), lookup(ListOffsetsTimestamp.EARLIEST_LOCAL)) == (0, 50)
+    assert find(50) == (ErrorCode.none, [], 0, 50)
+    assert find(49)[0] == find(0)[0] == moved
+    assert {f.object_key for f in coord.get_files_to_delete()} == {"a", "c"}
+    # DeleteRecords into the tiered range moves the log start; below it is out of range.
+    assert coord.delete_records([DeleteRecordsRequest(tp(0), 20)])[0].low_watermark == 20
+    assert find(19) == (ErrorCode.offset_out_of_range, [], 20, 50)
+    assert find(20) == (moved, [], 20, 50)
+    assert commit(coord, batch(0, records=5))[0].assigned_base_offset == 50
+    assert (lookup(ListOffsetsTimestamp.EARLIEST), lookup(ListOffsetsTimestamp.EARLIEST_LOCAL)) == (20, 50)
+    assert find(49)[0] == moved and find(50) == (ErrorCode.none, [50], 20, 55)
+    assert coord.get_log_info(TOPIC, 0) == (20, 55, 100)
+    # A log start inside the first batch left is covered there, not tiered.
+    coord.delete_records([DeleteRecordsRequest(tp(1), 2)])
+    assert delete((1, 3)) == [(ErrorCode.none, 0, 0, 2)]
+    assert lookup(ListOffsetsTimestamp.EARLIEST_LOCAL, partition=1) == 2
+    assert find(2, partition=1) == (ErrorCode.none, [0], 2, 5)
+
+
+def test_retention_after_tiered_deletion(coord: Coordinator, clock: FakeClock) -> None:
+    old, new = clock.now - 60_000, clock.now
+    commit(coord, *[batch(0, records=10, ts=ts) for ts in (old, old, old, new)])  # 0-39
+    assert coord.delete_tiered_batches([DeleteTieredBatchesRequest(tp(0), 20)])[0].batches_deleted == 2
+
+    def retain(retention_ms: int) -> tuple[ErrorCode, int, int, int]:
+        r = coord.enforce_retention([EnforceRetentionRequest(tp(0), -1, retention_ms)])[0]
+        return r.errors, r.batches_deleted, r.bytes_deleted, r.log_start_offset
+
+    # Nothing expired: the log start stays below the local batches (tiered storage holds 0-19).
+    assert retain(3_600_000) == (ErrorCode.none, 0, 0, 0)
+    assert coord.get_log_info(TOPIC, 0) == (0, 40, 200)
+    # Batch 20-29 expires: the log start moves to the first batch left.
+    assert retain(30_000) == (ErrorCode.none, 1, 100, 30)
+    assert coord.get_log_info(TOPIC, 0) == (30, 40, 100)
+    earliest, local = coord.list_offsets(
+        [
+            ListOffsetsRequest(tp(0), ListOffsetsTimestamp.EARLIEST),
+            ListOffsetsRequest(tp(0), ListOffsetsTimestamp.EARLIEST_LOCAL),
+        ]
+    )
+    assert earliest.offset == local.offset == 30
+    low, at = coord.find_batches([FindBatchRequest(tp(0), 29, 10**6), FindBatchRequest(tp(0), 30, 10**6)], 10**6)
+    assert low.errors == ErrorCode.offset_out_of_range
+    assert (at.errors, [b.metadata.base_offset for b in at.batches]) == (ErrorCode.none, [30])
 
 
 def test_delete_topics(coord: Coordinator) -> None:

@@ -53,6 +53,7 @@ def cache_log_config(base: LogConfig, topic: TopicImage, topic_default: Callable
         retention_ms=local("retention.ms", base.retention_ms),
         retention_bytes=local("retention.bytes", base.retention_bytes),
         cleanup_delete=True,
+        remote_storage_enable=False,  # a tiered topic's cache drops segments by local retention alone
         flush_messages=2**63 - 1,  # a cache is never fsynced for durability
         flush_ms=2**63 - 1,
     )

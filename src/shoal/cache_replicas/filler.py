@@ -154,7 +154,9 @@ class CacheFiller:
         for r, (_, asked, _), result in zip(ready, requests, results, strict=True):
             if r.cache_end != asked and r.log is not None:
                 continue  # dropped or restarted while the round was out
-            if result.error == ErrorCode.offset_out_of_range:
+            if result.error in (ErrorCode.offset_out_of_range, ErrorCode.offset_moved_to_tiered_storage):
+                # Below the log start, or below the batches left in the coordinator once older ones
+                # moved to tiered storage (KIP-1163): a cache holds what the coordinator holds.
                 log.info("%s: the cache fell out of the coordinator's log, starting it over", r.name)
                 await self._start_over(r)
                 continue
@@ -181,8 +183,8 @@ class CacheFiller:
     async def _decide_starts(self, replicas: list[CacheReplica]) -> None:
         """Where new caches start: one ListOffsets call for all, one describe per topic for sizes."""
         keys = [key_of(r) for r in replicas]
-        earliest = await self._run_blocking(
-            self._coordinator.list_offsets, [ListOffsetsRequest(k, ListOffsetsTimestamp.EARLIEST) for k in keys]
+        earliest = await self._run_blocking(  # the first batch the coordinator holds (the rest is tiered)
+            self._coordinator.list_offsets, [ListOffsetsRequest(k, ListOffsetsTimestamp.EARLIEST_LOCAL) for k in keys]
         )
         latest = await self._run_blocking(
             self._coordinator.list_offsets, [ListOffsetsRequest(k, ListOffsetsTimestamp.LATEST) for k in keys]

@@ -43,6 +43,8 @@ _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 
 #: The folder of a log dir where diskless cache replicas keep their cache logs (``cache_replicas``).
 DISKLESS_CACHE_DIR = "diskless-cache"
+#: The folder where leaders of tiered diskless partitions build their segments (``remote_log``).
+DISKLESS_TIERING_DIR = "diskless-tiering"
 
 
 class LogDirConfigError(Exception):
@@ -131,7 +133,7 @@ class StartupMixin:
                     shutil.rmtree(child)
                     continue
                 match = special or _PARTITION_DIR.match(entry)
-                if match is None and entry == DISKLESS_CACHE_DIR:
+                if match is None and entry in (DISKLESS_CACHE_DIR, DISKLESS_TIERING_DIR):
                     continue
                 if match is None:
                     _log.warning("Ignoring %s: not a partition dir (<topic>-<partition>)", child)

@@ -150,6 +150,26 @@ class DeleteRecordsResponse:
 
 
 @dataclass(frozen=True, slots=True)
+class DeleteTieredBatchesRequest:
+    """Every batch of the partition wholly below ``offset`` is now held by tiered segments
+    (KIP-1163 "Moving to Tiered Storage")."""
+
+    topic_id_partition: TopicIdPartition
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTieredBatchesResponse:
+    """What went, and the partition's earliest local offset (its first batch left here, or the
+    high watermark when none is left)."""
+
+    errors: ErrorCode
+    batches_deleted: int
+    bytes_deleted: int
+    local_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class FileToDelete:
     object_key: str
     marked_for_deletion_at: datetime
@@ -295,13 +315,31 @@ class BatchCoordinator(Protocol):
     def find_batches(
         self, find_batch_requests: list[FindBatchRequest], fetch_max_bytes: int
     ) -> list[FindBatchResponse]:
-        """Coordinates of the batches from each requested offset on, bounded by the byte limits."""
+        """Coordinates of the batches from each requested offset on, bounded by the byte limits.
+
+        An offset outside [log start, high watermark] answers OFFSET_OUT_OF_RANGE; one at or
+        above the log start whose batches went to tiered storage (below the first batch left,
+        ``delete_tiered_batches``) answers OFFSET_MOVED_TO_TIERED_STORAGE with no batches."""
 
     def list_offsets(self, requests: list[ListOffsetsRequest]) -> list[ListOffsetsResponse]:
-        """Earliest, latest, max-timestamp or first-offset-at-timestamp lookups."""
+        """Earliest, latest, max-timestamp or first-offset-at-timestamp lookups. EARLIEST_LOCAL
+        (-4) is the first batch's offset (at least the log start; the high watermark when no batch
+        is left), which differs from EARLIEST only once batches moved to tiered storage;
+        LATEST_TIERED (-5) is -1 (tiered storage answers it)."""
 
     def delete_records(self, requests: list[DeleteRecordsRequest]) -> list[DeleteRecordsResponse]:
         """Move log start offsets and logically delete the batches below them."""
+
+    def delete_tiered_batches(self, requests: list[DeleteTieredBatchesRequest]) -> list[DeleteTieredBatchesResponse]:
+        """Delete the batches wholly below each request's offset, which tiered storage now holds;
+        unlike ``delete_records`` the log start offset stays (those offsets are still part of the
+        log, read from tiered segments). Emptied objects are marked for deletion. An offset above
+        the high watermark answers OFFSET_OUT_OF_RANGE, an unknown partition
+        UNKNOWN_TOPIC_OR_PARTITION. One transaction per call; responses in request order.
+
+        Afterwards ``find_batches`` at an offset in [log start, first batch) answers
+        OFFSET_MOVED_TO_TIERED_STORAGE (Kafka's code for "read it from remote storage") and
+        ``list_offsets`` EARLIEST_LOCAL (-4) answers the first batch's offset."""
 
     def enforce_retention(self, requests: list[EnforceRetentionRequest]) -> list[EnforceRetentionResponse]:
         """Delete whole batches from each log's start that time or size retention expired.

@@ -37,6 +37,8 @@ from shoal.coordinator.api import (
     DeleteFilesRequest,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
+    DeleteTieredBatchesRequest,
+    DeleteTieredBatchesResponse,
     EnforceRetentionRequest,
     EnforceRetentionResponse,
     FileToDelete,
@@ -61,6 +63,7 @@ OPERATIONS = (
     "find_batches",
     "list_offsets",
     "delete_records",
+    "delete_tiered_batches",
     "enforce_retention",
     "delete_topics",
     "get_files_to_delete",
@@ -133,6 +136,12 @@ class FaultyBatchCoordinator(FaultControlled):
     def delete_records(self, requests: list[DeleteRecordsRequest]) -> list[DeleteRecordsResponse]:
         """Delegated unless a fault picks this call."""
         return self._call("delete_records", lambda: self.inner.delete_records(requests))
+
+    def delete_tiered_batches(
+        self, requests: list[DeleteTieredBatchesRequest]
+    ) -> list[DeleteTieredBatchesResponse]:
+        """Delegated unless a fault picks this call (``after``: batches deleted, answer lost)."""
+        return self._call("delete_tiered_batches", lambda: self.inner.delete_tiered_batches(requests))
 
     def enforce_retention(self, requests: list[EnforceRetentionRequest]) -> list[EnforceRetentionResponse]:
         """Delegated unless a fault picks this call."""

@@ -7,7 +7,9 @@ takes the current MetadataImage, reads each diskless topic's effective retention
 configs (topic override, else the broker default) and asks the coordinator to
 enforce them, which deletes whole batches and marks emptied objects for deletion
 (the ObjectCleaner deletes those later). Topics whose ``cleanup.policy`` lacks
-``delete`` are left alone, as Kafka does.
+``delete`` are left alone, as Kafka does, and so are topics whose data is being moved to tiered
+storage: their batches leave the coordinator once copied, and the RemoteLogManager applies their
+retention to the whole log (as Kafka deletes a tiered log's local segments only once copied).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from shoal.coordinator.api import (
 )
 from shoal.diskless.periodic import PeriodicTask
 from shoal.metadata.image import MetadataImage, TopicImage
+from shoal.metadata.tiered_state import ENABLED, copying
 from shoal.observability.metrics import BrokerMetrics
 from shoal.protocol.errors import ErrorCode
 
@@ -63,6 +66,8 @@ def retention_requests(image: MetadataImage, topic_default: Callable[[str], Any]
     requests: list[EnforceRetentionRequest] = []
     for topic in image.topics_by_name.values():
         if not topic.is_diskless or not _deletes(_topic_value(topic, "cleanup.policy", topic_default)):
+            continue
+        if copying(topic.configs) and topic.tiered_state in (None, ENABLED):
             continue
         retention_ms = int(_topic_value(topic, "retention.ms", topic_default))
         retention_bytes = int(_topic_value(topic, "retention.bytes", topic_default))

@@ -40,12 +40,18 @@ from shoal.partitions.api import (
 )
 from shoal.protocol.errors import ErrorCode, KafkaError
 from shoal.records.types import TimestampType
+from shoal.remote_log.manager import RemoteLogManager, is_tiered
+from shoal.tiered.api import TopicIdPartition as TieredKey
 
 log = logging.getLogger(__name__)
 
 
 def coordinator_key(partition: PartitionRef) -> TopicIdPartition:
     return TopicIdPartition(partition.topic.topic_id, partition.partition, partition.name)
+
+
+def tiered_key(partition: PartitionRef) -> TieredKey:
+    return TieredKey(partition.topic.topic_id, partition.partition, partition.name)
 
 
 def epoch_of(ref: PartitionRef) -> int:
@@ -66,8 +72,11 @@ class DisklessPartitions:
         run_blocking: Callable[..., Awaitable[Any]],
         image: Callable[[], MetadataImage],
         caches: CacheReplicas | None = None,
+        remote: RemoteLogManager | None = None,
     ) -> None:
         self._image = image
+        #: Tiered storage (KIP-1163 "Moving to Tiered Storage"), when ``remote.log.storage.system.enable``.
+        self._remote = remote
         self._caches = caches
         self._coordinator = coordinator
         self._appender = appender
@@ -152,9 +161,34 @@ class DisklessPartitions:
                 log.warning("diskless read failed, answering KAFKA_STORAGE_ERROR: %s: %s", type(exc).__name__, exc)
                 results = [PartitionRead(ErrorCode.kafka_storage_error, -1, -1, b"") for _ in direct]
             for i, result in zip(direct, results, strict=True):
-                answers[i] = ReadOutcome(result.error, result.high_watermark, result.high_watermark,
-                                         result.log_start_offset, result.records)
+                if result.error == ErrorCode.offset_moved_to_tiered_storage:
+                    answers[i] = await self._remote_read(reads[i], result, max(max_bytes - used, 0),
+                                                         min_one_batch and used == 0)
+                else:
+                    answers[i] = ReadOutcome(result.error, result.high_watermark, result.high_watermark,
+                                             result.log_start_offset, result.records)
+                used += len(answers[i].records)
         return [answers[i] for i in range(len(reads))]
+
+    async def _remote_read(self, r: KindRead, found: PartitionRead, max_bytes: int, min_one: bool) -> ReadOutcome:
+        """The coordinator no longer holds the offset's batches: they are in tiered segments."""
+        hw, start = found.high_watermark, found.log_start_offset
+        if self._remote is None:  # tiered by a broker with tiered storage on; this one has it off
+            return ReadOutcome(ErrorCode.kafka_storage_error, hw, hw, start)
+        if not is_tiered(r.partition.topic):
+            # Tiering was turned off with remote.log.delete.on.disable (KIP-950): remote data is
+            # refused while it is deleted; the log start moves to the first batch left.
+            return ReadOutcome(ErrorCode.offset_out_of_range, hw, hw, start)
+        try:
+            remote = await self._remote.read(tiered_key(r.partition), r.fetch_offset,
+                                             min(r.max_bytes, max_bytes), min_one, start)
+        except Exception as exc:  # remote storage or its metadata failed: retriable
+            log.warning("remote read of %s-%d at %d failed: %s: %s", r.partition.name, r.partition.partition,
+                        r.fetch_offset, type(exc).__name__, exc)
+            return ReadOutcome(ErrorCode.kafka_storage_error, hw, hw, start)
+        if remote is None:  # expired meanwhile: the log start moves past it next
+            return ReadOutcome(ErrorCode.offset_out_of_range, hw, hw, start)
+        return ReadOutcome(ErrorCode.none, hw, hw, start, remote[0])
 
     def _replica_fetch(self, r: KindRead) -> ReadOutcome:
         """A replica reports where its cache ends; the leader answers with no records."""
@@ -164,6 +198,42 @@ class DisklessPartitions:
         return ReadOutcome(error, hw, hw, log_start) if error == ErrorCode.none else ReadOutcome(error)
 
     async def list_offsets(self, lookups: Sequence[tuple[PartitionRef, int]]) -> list[OffsetOutcome]:
+        """The coordinator answers, refined to the record; on a tiered topic (-5) latest tiered and
+        time lookups into data already moved come from the remote segments."""
+        outcomes: list[OffsetOutcome | None] = [None] * len(lookups)
+        if self._remote is not None:
+            for i, (ref, timestamp) in enumerate(lookups):
+                if is_tiered(ref.topic):
+                    outcomes[i] = await self._tiered_offset(ref, timestamp)
+        rest = [i for i, found in enumerate(outcomes) if found is None]
+        if rest:
+            for i, found in zip(rest, await self._coordinator_offsets([lookups[i] for i in rest]), strict=True):
+                outcomes[i] = found
+        return [found for found in outcomes if found is not None]
+
+    async def _tiered_offset(self, ref: PartitionRef, timestamp: int) -> OffsetOutcome | None:
+        """Latest tiered (-5): the highest offset copied (-1: none); a time lookup looks at the
+        remote segments first (they hold the oldest records). None: the coordinator answers."""
+        assert self._remote is not None
+        tp = tiered_key(ref)
+        try:
+            if timestamp == ListOffsetsTimestamp.LATEST_TIERED:
+                highest = await self._remote.highest_copied(tp)
+                return OffsetOutcome(ErrorCode.none, -1, highest, epoch_of(ref) if highest >= 0 else -1)
+            if timestamp >= 0:
+                found = await self._remote.offset_for_timestamp(tp, timestamp)
+                if found is None:
+                    return None
+                (local,) = await self._coordinator_offsets([(ref, ListOffsetsTimestamp.EARLIEST_LOCAL)])
+                if local.error == ErrorCode.none and found[0] < local.offset:
+                    return OffsetOutcome(ErrorCode.none, found[1], found[0], epoch_of(ref))
+        except Exception as exc:  # remote storage or its metadata failed: retriable
+            log.warning("ListOffsets of %s-%d in tiered storage failed: %s: %s", ref.name, ref.partition,
+                        type(exc).__name__, exc)
+            return OffsetOutcome(ErrorCode.kafka_storage_error)
+        return None
+
+    async def _coordinator_offsets(self, lookups: Sequence[tuple[PartitionRef, int]]) -> list[OffsetOutcome]:
         requests = [ListOffsetsRequest(coordinator_key(ref), timestamp) for ref, timestamp in lookups]
         try:
             answers = await self._run_blocking(self._coordinator.list_offsets, requests)
@@ -203,6 +273,8 @@ class DisklessPartitions:
     async def delete_records(self, deletes: Sequence[tuple[PartitionRef, int]]) -> list[DeleteOutcome]:
         requests = [DeleteRecordsRequest(coordinator_key(ref), offset) for ref, offset in deletes]
         answers = await self._run_blocking(self._coordinator.delete_records, requests)
+        if self._remote is not None and any(is_tiered(ref.topic) for ref, _ in deletes):
+            self._remote.poke()  # remote segments below the new log start go
         return [DeleteOutcome(a.errors, a.low_watermark) for a in answers]
 
     async def end_offsets_for_epochs(self, lookups: Sequence[tuple[PartitionRef, int]]) -> list[EpochEndOutcome]:

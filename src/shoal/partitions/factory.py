@@ -1,16 +1,19 @@
 """Builds the partitions seam and its kinds for a broker: the classic replica manager on the
 JBOD log dirs, and the diskless data plane (appender, reader, range cache, cache replicas,
 retention, object cleaner) on the Batch Coordinator and object storage; with
-``remote.log.storage.system.enable``, classic tiered storage (the remote log manager on the same
-object storage and ``remote_log_metadata``)."""
+``remote.log.storage.system.enable``, tiered storage of both kinds (the remote log manager on the
+same object storage and ``remote_log_metadata``)."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from shoal.cache_replicas.manager import CacheReplicas
-from shoal.classic.replica_manager import ReplicaManager
+from shoal.classic.log_config import LogConfig
+from shoal.classic.replica_manager import ReplicaManager, log_config_for
 from shoal.cluster.partition_control import PartitionControl
 from shoal.config import Config
 from shoal.coordinator.api import BatchCoordinator, TopicIdPartition
@@ -19,7 +22,7 @@ from shoal.diskless.cache import RangeCache
 from shoal.diskless.cleaner import ObjectCleaner
 from shoal.diskless.read import DisklessReader
 from shoal.diskless.retention import RetentionTask
-from shoal.metadata.image import MetadataImage
+from shoal.metadata.image import MetadataImage, TopicImage
 from shoal.objects.storage import ObjectStorage
 from shoal.observability.metrics import BrokerMetrics
 from shoal.observability.remote_metrics import track_remote_log
@@ -27,9 +30,20 @@ from shoal.partitions.classic import ClassicPartitions
 from shoal.partitions.diskless import DisklessPartitions
 from shoal.partitions.manager import Partitions
 from shoal.partitions.notify import CommitNotifier
+from shoal.remote_log.diskless_chains import DisklessChains
 from shoal.remote_log.manager import RemoteLogManager
 from shoal.tiered.api import RemoteLogMetadataManager
 from shoal.tiered.storage_manager import ObjectRemoteStorageManager
+
+
+def chain_config(config: Config, topic: TopicImage) -> LogConfig:
+    """A tiering chain's log settings: the topic's segment settings; a segment goes once it is
+    in remote storage (local retention 0 bytes behind ``highest_offset_in_remote``), never fsynced
+    (the coordinator holds the data until the copy finished)."""
+    return replace(
+        log_config_for(config, topic), retention_ms=-1, retention_bytes=0, cleanup_delete=True,
+        remote_storage_enable=True, flush_messages=2**63 - 1, flush_ms=2**63 - 1,
+    )
 
 
 def build_partitions(
@@ -62,19 +76,20 @@ def build_partitions(
     )
     metrics.track_log_dirs(replicas.logs)
     metrics.track_replicas(replicas)
+    cache = RangeCache(config["diskless.fetch.cache.max.bytes"])
+    metrics.track_cache(cache)
+    reader = DisklessReader(storage, coordinator, run_blocking, cache, metrics)
     remote = None
     if config["remote.log.storage.system.enable"] and remote_log_metadata is not None:
+        chains = DisklessChains(config.log_dirs, coordinator, reader, run_blocking, partial(chain_config, config))
         remote = RemoteLogManager(
             node_id, config["remote.log.manager.task.interval.ms"], image, replicas.find,
             ObjectRemoteStorageManager(storage), remote_log_metadata, run_blocking, is_controller,
-            finish_tiering_disablement,
+            finish_tiering_disablement, chains, partial(log_config_for, config), config["remote.fetch.max.wait.ms"],
         )
         track_remote_log(metrics.registry, remote)
     classic = ClassicPartitions(replicas, notifier.committed, remote)
 
-    cache = RangeCache(config["diskless.fetch.cache.max.bytes"])
-    metrics.track_cache(cache)
-    reader = DisklessReader(storage, coordinator, run_blocking, cache, metrics)
     caches = CacheReplicas(config, node_id, image, reader, coordinator, run_blocking, control, notifier.committed)
     metrics.caches.track(caches)
 
@@ -114,5 +129,6 @@ def build_partitions(
         metrics=metrics,
     )
     retention.runs_here = cleaner.runs_here = is_controller
-    diskless = DisklessPartitions(coordinator, appender, reader, retention, cleaner, run_blocking, image, caches)
+    diskless = DisklessPartitions(coordinator, appender, reader, retention, cleaner, run_blocking, image, caches,
+                                  remote)
     return Partitions(config, image, {"classic": classic, "diskless": diskless}, classic, notifier, metrics)

@@ -1,4 +1,4 @@
-"""This broker's RemoteLogManager (KIP-405) for classic partitions with ``remote.storage.enable``.
+"""This broker's RemoteLogManager (KIP-405) for partitions with ``remote.storage.enable``.
 
 Every ``remote.log.manager.task.interval.ms``, for each such partition with a replica here:
 
@@ -11,6 +11,10 @@ Every ``remote.log.manager.task.interval.ms``, for each such partition with a re
   and below the log start (DeleteRecords): DELETE_SEGMENT_STARTED, the data deleted,
   DELETE_SEGMENT_FINISHED; a copy left COPY_SEGMENT_STARTED by a crash is deleted the same way.
 - **followers** only learn the highest copied offset, so their local retention follows too.
+- **diskless partitions** (KIP-1163 "Moving to Tiered Storage"): the leader builds segments from
+  the Batch Coordinator's batches in a chain of its own (``diskless_chains``), copies them the
+  same way, then has the coordinator delete the batches below each copied segment. Expiry moves
+  the coordinator's log start before it deletes remote segments, and follows its DeleteRecords.
 
 Reads below a replica's local log start come from remote segments (``reader``). The partition's
 log start is then the first remote segment's start (or the DeleteRecords offset in it).
@@ -29,6 +33,7 @@ from shoal.classic.log import PartitionLog
 from shoal.classic.log_config import LogConfig
 from shoal.metadata.image import MetadataImage, TopicImage
 from shoal.metadata.tiered_state import DISABLING, ENABLED, copying
+from shoal.remote_log.diskless_chains import DisklessChains
 from shoal.remote_log.reader import RemoteReader, floor_segment
 from shoal.tiered.api import (
     LogSegmentData,
@@ -50,12 +55,18 @@ DELETE_STARTED = RemoteLogSegmentState.DELETE_SEGMENT_STARTED
 DELETE_FINISHED = RemoteLogSegmentState.DELETE_SEGMENT_FINISHED
 
 
+def _ignore_result(task: asyncio.Future[Any]) -> None:
+    """A remote read nobody waits for any more: its failure is counted by the reader, not raised."""
+    if not task.cancelled():
+        task.exception()
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
 def is_tiered(topic: TopicImage) -> bool:
-    return not topic.is_diskless and topic.configs.get("remote.storage.enable", "false") == "true"
+    return topic.configs.get("remote.storage.enable", "false") == "true"
 
 
 class RemoteLogManager:
@@ -70,8 +81,18 @@ class RemoteLogManager:
         run_blocking: Callable[..., Awaitable[Any]],
         is_controller: Callable[[], bool] = lambda: True,
         finish_disablement: Callable[[Any, int], object] | None = None,
+        chains: DisklessChains | None = None,
+        diskless_config: Callable[[TopicImage], LogConfig] | None = None,
+        fetch_max_wait_ms: int = 500,
     ) -> None:
+        #: ``remote.fetch.max.wait.ms``: how long a Fetch waits for a remote read.
+        self._fetch_max_wait_s = fetch_max_wait_ms / 1000
+        #: Remote reads that outlasted it (answered with no records).
+        self.fetch_timeouts = 0
         self._node_id = node_id
+        #: Segments of tiered diskless partitions led here, and those topics' retention settings.
+        self._chains = chains
+        self._diskless_config = diskless_config
         self._is_controller = is_controller
         #: KIP-950: DISABLING -> DISABLED (``Controller.finish_tiering_disablement``, blocking).
         self._finish_disablement = finish_disablement
@@ -96,6 +117,8 @@ class RemoteLogManager:
         self._measuring: asyncio.Task[None] | None = None
 
     def start(self) -> None:
+        if self._chains is not None:
+            self._chains.wipe()
         self._task = asyncio.create_task(self._run(), name="remote-log-manager")
         self.start_measuring()
 
@@ -106,6 +129,8 @@ class RemoteLogManager:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self._chains is not None:
+            self._chains.close()
 
     def poke(self) -> None:
         self._wake.set()
@@ -121,7 +146,12 @@ class RemoteLogManager:
                     await self._finish_disablements()
                 except Exception as exc:
                     log.warning("deleting the remote data of deleted or untiered topics failed: %s", exc)
-            for topic, partition, leader in self._tiered_replicas():
+            replicas = self._tiered_replicas()
+            if self._chains is not None:
+                await self._chains.keep_only({
+                    (t.topic_id, p) for t, p, leader in replicas if leader and t.is_diskless and self._copies(t)
+                })
+            for topic, partition, leader in replicas:
                 try:
                     await self.run_partition(topic, partition, leader)
                 except asyncio.CancelledError:
@@ -135,10 +165,20 @@ class RemoteLogManager:
         return [
             (topic, p.partition, p.leader == self._node_id)
             for topic in image.topics_by_name.values() if is_tiered(topic)
-            for p in topic.partitions.values() if self._node_id in p.replicas
+            for p in topic.partitions.values()
+            if (p.leader == self._node_id if topic.is_diskless else self._node_id in p.replicas)
         ]
 
+    @staticmethod
+    def _copies(topic: TopicImage) -> bool:
+        """Whether the topic's data is being copied (KIP-950: ENABLED, and no ``remote.log.copy.disable``)."""
+        return copying(topic.configs) and topic.tiered_state in (None, ENABLED)
+
     async def run_partition(self, topic: TopicImage, partition: int, leader: bool) -> None:
+        if topic.is_diskless:
+            if leader and self._chains is not None:
+                await self._run_diskless(topic, partition)
+            return
         partition_log = self._get_log(topic.name, partition)
         if partition_log is None:
             return
@@ -148,13 +188,43 @@ class RemoteLogManager:
         partition_log.highest_offset_in_remote = max(partition_log.highest_offset_in_remote, copied)
         if not leader:
             return
-        if copying(topic.configs) and topic.tiered_state in (None, ENABLED):
+        if self._copies(topic):
             await self._copy(tp, partition_log, copied, topic.tiered_epoch)
-        await self._expire(tp, partition_log)
+        config: LogConfig = partition_log.config
+        await self._expire(tp, config, partition_log.log_start_offset, partition_log.size, await self._deleted_below(tp))
+
+    async def _run_diskless(self, topic: TopicImage, partition: int) -> None:
+        """One round of a tiered diskless partition led here: batches a finished copy holds but the
+        coordinator still has (a crash came between) go first; the chain takes the batches not yet
+        tiered, its rolled segments are copied, and each copy deletes the batches below it."""
+        chains = self._chains
+        assert chains is not None and self._diskless_config is not None
+        tp = TopicIdPartition(topic.topic_id, partition, topic.name)
+        segments = await self._run_blocking(self._rlmm.list_remote_log_segments, tp)
+        copied = max((s.end_offset for s in segments if s.state == FINISHED), default=-1)
+        log_start, local_start, high_watermark, size = await chains.local_state(tp)
+        if local_start <= copied < high_watermark:
+            local_start = await chains.delete_tiered(tp, copied + 1)
+        if self._copies(topic):
+            chain = await chains.fill(topic, partition, max(local_start, copied + 1), high_watermark)
+
+            async def copied_up_to(end: int) -> None:
+                await chains.delete_tiered(tp, end + 1)
+
+            try:
+                await self._copy(tp, chain, copied, topic.tiered_epoch, copied_up_to)
+            finally:
+                await chains.trim(chain, chain.highest_offset_in_remote)
+            log_start, local_start, high_watermark, size = await chains.local_state(tp)
+        await self._expire(tp, self._diskless_config(topic), local_start, size, log_start, chains.move_log_start)
 
     # ------------------------------------------------------------------------------------ copy
 
-    async def _copy(self, tp: TopicIdPartition, partition_log: PartitionLog, copied: int, tiered_epoch: int) -> None:
+    async def _copy(
+        self, tp: TopicIdPartition, partition_log: PartitionLog, copied: int, tiered_epoch: int,
+        then: Callable[[int], Awaitable[None]] | None = None,
+    ) -> None:
+        """Copy the log's rolled segments above ``copied`` in order; ``then(end offset)`` after each."""
         for segment in await self._run_blocking(partition_log.rolled_segments, copied):
             metadata = RemoteLogSegmentMetadata(
                 RemoteLogSegmentId.generate(tp), segment.base_offset, segment.end_offset, segment.max_timestamp,
@@ -179,6 +249,8 @@ class RemoteLogManager:
                 self._copying.discard(metadata.segment_id)
             partition_log.highest_offset_in_remote = max(partition_log.highest_offset_in_remote, segment.end_offset)
             self.copied_bytes[tp.topic] = self.copied_bytes.get(tp.topic, 0) + segment.size
+            if then is not None:
+                await then(segment.end_offset)
             log.info("%s-%d: copied segment %d..%d (%d bytes) to remote storage", tp.topic, tp.partition,
                      segment.base_offset, segment.end_offset, segment.size)
 
@@ -207,9 +279,15 @@ class RemoteLogManager:
 
     # ---------------------------------------------------------------------------------- expiry
 
-    async def _expire(self, tp: TopicIdPartition, partition_log: PartitionLog) -> None:
+    async def _expire(
+        self, tp: TopicIdPartition, config: LogConfig, local_start: int, local_size: int, start: int,
+        move_log_start: Callable[[TopicIdPartition, int], Awaitable[None]] | None = None,
+    ) -> None:
+        """Delete the remote segments total retention (``config.total_retention_*``, over the remote
+        segments below ``local_start`` and the ``local_size`` bytes above) expires, those below the
+        log start ``start`` (-1: none) and abandoned copies. ``move_log_start`` first moves the
+        log start past the expired segments (diskless: the coordinator holds it)."""
         segments = await self._run_blocking(self._rlmm.list_remote_log_segments, tp)
-        config: LogConfig = partition_log.config
         finished = sorted((s for s in segments if s.state == FINISHED), key=lambda s: s.start_offset)
         doomed = [s for s in segments if s.state == DELETE_STARTED]
         doomed += [s for s in segments if s.state == STARTED and s.segment_id not in self._copying]
@@ -221,18 +299,21 @@ class RemoteLogManager:
                     break
                 expiring.append(s)
         if config.cleanup_delete and config.total_retention_bytes >= 0:
-            local_start = partition_log.log_start_offset
             remote_only = sum(s.segment_size_in_bytes for s in finished if s.end_offset < local_start)
-            excess = remote_only + partition_log.size - config.total_retention_bytes
+            excess = remote_only + local_size - config.total_retention_bytes
             excess -= sum(s.segment_size_in_bytes for s in expiring)
             for s in finished[len(expiring):]:
                 if s.end_offset >= local_start or excess - s.segment_size_in_bytes < 0:
                     break
                 excess -= s.segment_size_in_bytes
                 expiring.append(s)
-        start = await self._deleted_below(tp)
         if start >= 0:
             expiring += [s for s in finished if s.end_offset < start and s not in expiring]
+        if move_log_start is not None and expiring:
+            kept = [s.start_offset for s in finished if s not in expiring]
+            new_start = min(kept[0] if kept else local_start, local_start)
+            if new_start > start:
+                await move_log_start(tp, new_start)
         for s in doomed + expiring:
             try:
                 await self._delete_segment(s)
@@ -270,7 +351,17 @@ class RemoteLogManager:
         segment = floor_segment(finished, offset)
         if segment is None:
             return None
-        records = await self.reader.read(segment, offset, max_bytes, min_one_batch)
+        reading = asyncio.ensure_future(self.reader.read(segment, offset, max_bytes, min_one_batch))
+        try:
+            # Shielded: a read that outlasts the wait goes on, so its segment's index is cached
+            # when the consumer asks again (Kafka lets the task run on after DelayedRemoteFetch expires).
+            records = await asyncio.wait_for(asyncio.shield(reading), self._fetch_max_wait_s)
+        except TimeoutError:
+            self.fetch_timeouts += 1
+            reading.add_done_callback(_ignore_result)
+            log.info("%s-%d: the remote read at %d took longer than remote.fetch.max.wait.ms, answering no "
+                     "records", tp.topic, tp.partition, offset)
+            records = b""
         return records, self._start_of(finished, deleted_below, local_start)
 
     async def offset_for_timestamp(self, tp: TopicIdPartition, timestamp: int) -> tuple[int, int] | None:
@@ -324,6 +415,11 @@ class RemoteLogManager:
             topic = image.topics_by_id.get(tp.topic_id)
             if topic is not None and is_tiered(topic):
                 continue
+            if topic is not None and topic.is_diskless and self._chains is not None:
+                # The log start moves to the coordinator's first batch before the data goes.
+                log_start, local_start, _, _ = await self._chains.local_state(tp)
+                if log_start < local_start:
+                    await self._chains.move_log_start(tp, local_start)
             for s in await self._run_blocking(self._rlmm.list_remote_log_segments, tp):
                 with contextlib.suppress(Exception):
                     await self._delete_segment(s)
@@ -368,13 +464,16 @@ class RemoteLogManager:
         for topic, partition, leader in self._tiered_replicas():
             if not leader:
                 continue
-            partition_log = self._get_log(topic.name, partition)
-            if partition_log is None:
-                continue
+            if topic.is_diskless:  # the tiering chain, while it copies
+                partition_log = self._chains.get((topic.topic_id, partition)) if self._chains is not None else None
+            else:
+                partition_log = self._get_log(topic.name, partition)
+                if partition_log is None:
+                    continue
             tp = TopicIdPartition(topic.topic_id, partition, topic.name)
             size = await self._run_blocking(self._rlmm.remote_log_size, tp)
             pending = []
-            if topic.configs.get("remote.log.copy.disable", "false") != "true":
+            if partition_log is not None and topic.configs.get("remote.log.copy.disable", "false") != "true":
                 pending = await self._run_blocking(partition_log.rolled_segments, partition_log.highest_offset_in_remote)
             sizes[topic.name] = sizes.get(topic.name, 0) + size
             lags[topic.name] = lags.get(topic.name, 0) + sum(s.size for s in pending)

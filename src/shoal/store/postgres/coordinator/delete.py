@@ -1,7 +1,8 @@
 """Everything that removes data, and the topic creation it pairs with.
 
-Topics are created and deleted; records go by DeleteRecords and by retention; objects
-emptied by those are marked for deletion, listed for the broker that deletes them and
+Topics are created and deleted; records go by DeleteRecords and by retention, batches that
+tiered storage now holds by delete_tiered_batches (the log start stays); objects emptied by
+those are marked for deletion, listed for the broker that deletes them and
 forgotten once it has (get_files_to_delete / delete_files / is_safe_to_delete_file).
 Every write locks the log rows it works on first (log_id order), then objects (file_id order).
 """
@@ -18,6 +19,8 @@ from shoal.coordinator.api import (
     DeleteFilesRequest,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
+    DeleteTieredBatchesRequest,
+    DeleteTieredBatchesResponse,
     EnforceRetentionRequest,
     EnforceRetentionResponse,
     FileToDelete,
@@ -59,6 +62,18 @@ INSERT INTO diskless_logs (topic_id, partition, topic_name)
 SELECT * FROM unnest(%b::uuid[], %b::integer[], %b::text[])
 ORDER BY 1, 2
 ON CONFLICT (topic_id, partition) DO NOTHING
+"""
+
+# Per delete_tiered_batches request (ord): the batches and bytes in [lo, hi) of its log, and the
+# base offset of the first batch from ``hi`` on (what is left once it applied). The logs are
+# locked, so nothing changes between this read and the deletion.
+_TIERED_STATS_SQL = """
+SELECT u.ord, COUNT(b.last_offset), COALESCE(SUM(b.byte_size), 0)::bigint,
+    (SELECT n.base_offset FROM diskless_batches AS n
+     WHERE n.log_id = u.log_id AND n.last_offset >= u.hi ORDER BY n.last_offset LIMIT 1)
+FROM unnest(%b::bigint[], %b::bigint[], %b::bigint[]) WITH ORDINALITY AS u(log_id, lo, hi, ord)
+LEFT JOIN diskless_batches AS b ON b.log_id = u.log_id AND b.last_offset >= u.lo AND b.last_offset < u.hi
+GROUP BY u.ord, u.log_id, u.hi
 """
 
 _UPDATE_STARTS_SQL = """
@@ -141,6 +156,64 @@ class DeleteMixin(CoordinatorBase):
             return responses
 
         return self._transaction("delete_records", work)
+
+    def delete_tiered_batches(
+        self, requests: list[DeleteTieredBatchesRequest]
+    ) -> list[DeleteTieredBatchesResponse]:
+        """Drop the batches tiered storage now holds, keeping the log start, in one transaction.
+
+        Those offsets stay part of the log (read from tiered segments), so only the batches
+        and their bytes go. Requests apply in order: each answers what it adds to the ones
+        before it for the same partition, as in SQLite; the deletion itself is one statement.
+        """
+
+        def work(conn: psycopg.Connection) -> list[DeleteTieredBatchesResponse]:
+            keys = [(r.topic_id_partition.topic_id, r.topic_id_partition.partition) for r in requests]
+            logs = lock_logs(conn, keys)
+            now = self._clock()
+            bounds: dict[int, int] = {}  # log_id -> offset below which batches go, so far
+            ranges: list[tuple[int, int, int]] = []  # (log_id, lo, hi) each valid request adds
+            answers: list[DeleteTieredBatchesResponse | int] = []  # an error, or the index in ranges
+            for req, key in zip(requests, keys, strict=True):
+                log = logs.get(key)
+                if log is None:
+                    answers.append(
+                        DeleteTieredBatchesResponse(ErrorCode.unknown_topic_or_partition, 0, 0, -1)
+                    )
+                elif req.offset < 0 or req.offset > log.high_watermark:
+                    answers.append(DeleteTieredBatchesResponse(ErrorCode.offset_out_of_range, 0, 0, -1))
+                else:
+                    lo = bounds.get(log.log_id, 0)
+                    hi = max(lo, req.offset)
+                    bounds[log.log_id] = hi
+                    answers.append(len(ranges))
+                    ranges.append((log.log_id, lo, hi))
+            if not ranges:
+                return [a for a in answers if not isinstance(a, int)]
+            # Queued: it runs before the deletion and travels with it (one round trip for both).
+            stats_cur = conn.execute(
+                _TIERED_STATS_SQL, ([r[0] for r in ranges], [r[1] for r in ranges], [r[2] for r in ranges])
+            )
+            freed = delete_batches_below(conn, bounds, now)
+            stats = {ord_ - 1: (count, size, first) for ord_, count, size, first in stats_cur.fetchall()}
+            by_id = {log.log_id: log for log in logs.values()}
+            shrunk = [by_id[log_id] for log_id in sorted(freed)]
+            for log in shrunk:
+                log.byte_size -= freed[log.log_id]
+            _update_starts(conn, shrunk, freed)  # the starts stay as they were: only byte sizes change
+            responses: list[DeleteTieredBatchesResponse] = []
+            for answer in answers:
+                if not isinstance(answer, int):
+                    responses.append(answer)
+                    continue
+                count, size, first = stats[answer]
+                log = by_id[ranges[answer][0]]
+                # A DeleteRecords inside the first batch moved the start past its base.
+                local_start = max(log.log_start_offset, log.high_watermark if first is None else first)
+                responses.append(DeleteTieredBatchesResponse(ErrorCode.none, count, size, local_start))
+            return responses
+
+        return self._transaction("delete_tiered_batches", work)
 
     def enforce_retention(self, requests: list[EnforceRetentionRequest]) -> list[EnforceRetentionResponse]:
         """Kafka's time then size retention over whole batches, in one transaction.

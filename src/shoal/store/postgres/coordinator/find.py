@@ -33,7 +33,9 @@ _MIN_NEXT_PAGE = 512
 
 # Batches are returned only when the offset is in [log start, high watermark): the range check
 # sits in the LATERAL, so an out-of-range offset reads no batch at all. Rows come back per
-# request (ord) in offset order; a request for an unknown partition has no row.
+# request (ord) in offset order; a request for an unknown partition has no row. The first row
+# of a request tells whether its offset is held here at all: below the first batch left (or
+# with none left) it went to tiered storage (delete_tiered_batches).
 _FIND_SQL = f"""
 SELECT k.ord, l.log_id, l.log_start_offset, l.high_watermark, b.batch_id, f.object_key, {BATCH_COLUMNS}
 FROM unnest(%b::uuid[], %b::integer[], %b::bigint[]) WITH ORDINALITY AS k(topic_id, partition, fetch_offset, ord)
@@ -57,9 +59,15 @@ ORDER BY b.last_offset
 LIMIT %s
 """
 
-_LOGS_SQL = """
-SELECT k.ord, l.log_id, l.log_start_offset, l.high_watermark
-FROM unnest(%b::uuid[], %b::integer[]) WITH ORDINALITY AS k(topic_id, partition, ord)
+# EARLIEST_LOCAL also needs the first batch left (NULL: none left), from the same snapshot; CASE
+# runs that subquery only for those requests.
+_LOGS_SQL = f"""
+SELECT k.ord, l.log_id, l.log_start_offset, l.high_watermark,
+    CASE WHEN k.ts = {ListOffsetsTimestamp.EARLIEST_LOCAL} THEN (
+        SELECT b.base_offset FROM diskless_batches AS b
+        WHERE b.log_id = l.log_id ORDER BY b.last_offset LIMIT 1
+    ) END
+FROM unnest(%b::uuid[], %b::integer[], %b::bigint[]) WITH ORDINALITY AS k(topic_id, partition, ts, ord)
 JOIN diskless_logs AS l ON l.topic_id = k.topic_id AND l.partition = k.partition
 """
 
@@ -123,7 +131,9 @@ class FindMixin(CoordinatorBase):
         ``fetch_max_bytes``, except that the first batch of a partition is always
         returned when it is the first batch of the response (so a consumer always makes
         progress) or when it fits in what is left of ``fetch_max_bytes``. Batches are
-        contiguous: we stop at the first batch that does not fit.
+        contiguous: we stop at the first batch that does not fit. An offset in [log start,
+        high watermark) that no batch covers any more answers OFFSET_MOVED_TO_TIERED_STORAGE:
+        the reader must fetch it from tiered storage, never skip ahead to later batches.
         """
         if not find_batch_requests:
             return []
@@ -154,6 +164,14 @@ class FindMixin(CoordinatorBase):
                 if req.offset < log_start_offset or req.offset > high_watermark:
                     responses.append(
                         FindBatchResponse(ErrorCode.offset_out_of_range, [], log_start_offset, high_watermark)
+                    )
+                    continue
+                first = found_rows[0]
+                if req.offset < high_watermark and (first[4] is None or first[8] > req.offset):
+                    responses.append(
+                        FindBatchResponse(
+                            ErrorCode.offset_moved_to_tiered_storage, [], log_start_offset, high_watermark
+                        )
                     )
                     continue
                 found: list[BatchInfo] = []
@@ -203,6 +221,7 @@ class FindMixin(CoordinatorBase):
     def list_offsets(self, requests: list[ListOffsetsRequest]) -> list[ListOffsetsResponse]:
         """Earliest, latest, max-timestamp or first-offset-at-timestamp lookups.
 
+        EARLIEST_LOCAL is the first batch left here (tiered storage may hold offsets below it).
         Unknown partitions answer UNKNOWN_TOPIC_OR_PARTITION, negative timestamps that are
         not special values INVALID_REQUEST. The log rows of all requests come from one
         statement; the timestamp lookups then travel together in one round trip.
@@ -218,6 +237,7 @@ class FindMixin(CoordinatorBase):
                     (
                         [r.topic_id_partition.topic_id for r in requests],
                         [r.topic_id_partition.partition for r in requests],
+                        [r.timestamp for r in requests],
                     ),
                 ).fetchall()
             }
@@ -239,10 +259,14 @@ class FindMixin(CoordinatorBase):
                 if log is None:
                     responses.append(ListOffsetsResponse(ErrorCode.unknown_topic_or_partition, tip, -1, -1))
                     continue
-                log_id, log_start_offset, high_watermark = log
+                log_id, log_start_offset, high_watermark, first_base = log
                 ts = req.timestamp
-                if ts in (ListOffsetsTimestamp.EARLIEST, ListOffsetsTimestamp.EARLIEST_LOCAL):
+                if ts == ListOffsetsTimestamp.EARLIEST:
                     timestamp, offset = -1, log_start_offset
+                elif ts == ListOffsetsTimestamp.EARLIEST_LOCAL:
+                    # A DeleteRecords inside the first batch moved the start past its base.
+                    local = high_watermark if first_base is None else first_base
+                    timestamp, offset = -1, max(log_start_offset, local)
                 elif ts == ListOffsetsTimestamp.LATEST:
                     timestamp, offset = -1, high_watermark
                 elif ts == ListOffsetsTimestamp.LATEST_TIERED:

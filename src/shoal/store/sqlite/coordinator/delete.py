@@ -1,7 +1,8 @@
 """Everything that removes data, and the topic creation it pairs with.
 
-Topics are created and deleted; records go by DeleteRecords and by retention; objects
-emptied by those are marked for deletion, listed for the broker that deletes them and
+Topics are created and deleted; records go by DeleteRecords and by retention, batches that
+tiered storage now holds by delete_tiered_batches (the log start stays); objects emptied by
+those are marked for deletion, listed for the broker that deletes them and
 forgotten once it has (get_files_to_delete / delete_files / is_safe_to_delete_file).
 """
 
@@ -15,6 +16,8 @@ from shoal.coordinator.api import (
     DeleteFilesRequest,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
+    DeleteTieredBatchesRequest,
+    DeleteTieredBatchesResponse,
     EnforceRetentionRequest,
     EnforceRetentionResponse,
     FileToDelete,
@@ -115,6 +118,58 @@ class DeleteMixin(CoordinatorBase):
                 responses.append(DeleteRecordsResponse(ErrorCode.none, log.log_start_offset))
         return responses
 
+    def delete_tiered_batches(
+        self, requests: list[DeleteTieredBatchesRequest]
+    ) -> list[DeleteTieredBatchesResponse]:
+        """Drop the batches tiered storage now holds, keeping the log start, in one transaction.
+
+        Those offsets stay part of the log (read from tiered segments), so only the batches
+        and their bytes go; requests apply in order, so several for one partition see each
+        other's deletions.
+        """
+        responses: list[DeleteTieredBatchesResponse] = []
+        with self._write() as conn:
+            now = self._clock()
+            for req in requests:
+                tip = req.topic_id_partition
+                log = load_log(conn, (tip.topic_id.bytes, tip.partition))
+                if log is None:
+                    responses.append(
+                        DeleteTieredBatchesResponse(ErrorCode.unknown_topic_or_partition, 0, 0, -1)
+                    )
+                    continue
+                if req.offset < 0 or req.offset > log.high_watermark:
+                    responses.append(DeleteTieredBatchesResponse(ErrorCode.offset_out_of_range, 0, 0, -1))
+                    continue
+                # The helper answers bytes only; in this write transaction the count cannot go stale.
+                (count,) = conn.execute(
+                    "SELECT COUNT(*) FROM diskless_batches WHERE log_id = ? AND last_offset < ?",
+                    (log.log_id, req.offset),
+                ).fetchone()
+                freed = 0
+                if count:
+                    freed = self._delete_batches_below(conn, log.log_id, req.offset, now)
+                    conn.execute(
+                        "UPDATE diskless_logs SET byte_size = byte_size - ? WHERE log_id = ?",
+                        (freed, log.log_id),
+                    )
+                responses.append(
+                    DeleteTieredBatchesResponse(ErrorCode.none, count, freed, self._local_start(conn, log))
+                )
+        return responses
+
+    @staticmethod
+    def _local_start(conn: sqlite3.Connection, log: LogState) -> int:
+        """The first offset still held by a batch here: its base, or the high watermark when none is left.
+
+        At least the log start: a DeleteRecords inside the first batch moved the start past its base.
+        """
+        first = conn.execute(
+            "SELECT base_offset FROM diskless_batches WHERE log_id = ? ORDER BY last_offset LIMIT 1",
+            (log.log_id,),
+        ).fetchone()
+        return max(log.log_start_offset, log.high_watermark if first is None else first[0])
+
     def enforce_retention(self, requests: list[EnforceRetentionRequest]) -> list[EnforceRetentionResponse]:
         """Kafka's time then size retention over whole batches, in one transaction.
 
@@ -139,12 +194,7 @@ class DeleteMixin(CoordinatorBase):
                 freed = 0
                 if batches:
                     freed = self._delete_batches_below(conn, log.log_id, boundary, now)
-                    first = conn.execute(
-                        "SELECT base_offset FROM diskless_batches WHERE log_id = ? ORDER BY last_offset LIMIT 1",
-                        (log.log_id,),
-                    ).fetchone()
-                    # A DeleteRecords inside the first batch may already have moved the start past its base.
-                    start = max(log.log_start_offset, log.high_watermark if first is None else first[0])
+                    start = self._local_start(conn, log)
                     conn.execute(
                         "UPDATE diskless_logs SET log_start_offset = ?, byte_size = byte_size - ? WHERE log_id = ?",
                         (start, freed, log.log_id),

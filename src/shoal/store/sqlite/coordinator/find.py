@@ -21,7 +21,9 @@ from shoal.store.sqlite.coordinator.schema import TIMESTAMP_TYPES
 _EFFECTIVE_TS = "CASE WHEN timestamp_type = 1 THEN log_append_time ELSE batch_max_timestamp END"
 
 # One statement per partition: the log row and its batches from one snapshot. The range
-# check sits in the join so an out-of-range offset reads no batch at all.
+# check sits in the join so an out-of-range offset reads no batch at all. The first row tells
+# whether the offset is held here at all: below the first batch left (or with none left) it
+# went to tiered storage (delete_tiered_batches).
 _FIND_SQL = """
 SELECT l.log_start_offset, l.high_watermark,
        b.batch_id, f.object_key, b.byte_offset, b.byte_size, b.base_offset, b.last_offset,
@@ -34,6 +36,18 @@ LEFT JOIN diskless_batches AS b
 LEFT JOIN diskless_files AS f ON f.file_id = b.file_id
 WHERE l.topic_id = ?2 AND l.partition = ?3
 ORDER BY b.last_offset
+"""
+
+_LOG_SQL = """
+SELECT log_id, log_start_offset, high_watermark FROM diskless_logs WHERE topic_id = ? AND partition = ?
+"""
+
+# EARLIEST_LOCAL also needs the first batch left (none: every batch went), from the same snapshot.
+_LOG_LOCAL_START_SQL = """
+SELECT l.log_id, l.log_start_offset, l.high_watermark,
+       (SELECT b.base_offset FROM diskless_batches AS b
+        WHERE b.log_id = l.log_id ORDER BY b.last_offset LIMIT 1)
+FROM diskless_logs AS l WHERE l.topic_id = ? AND l.partition = ?
 """
 
 
@@ -50,7 +64,9 @@ class FindMixin(CoordinatorBase):
         ``fetch_max_bytes``, except that the first batch of a partition is always
         returned when it is the first batch of the response (so a consumer always makes
         progress) or when it fits in what is left of ``fetch_max_bytes``. Batches are
-        contiguous: we stop at the first batch that does not fit.
+        contiguous: we stop at the first batch that does not fit. An offset in [log start,
+        high watermark) that no batch covers any more answers OFFSET_MOVED_TO_TIERED_STORAGE:
+        the reader must fetch it from tiered storage, never skip ahead to later batches.
         """
         responses: list[FindBatchResponse] = []
         remaining = fetch_max_bytes
@@ -69,6 +85,13 @@ class FindMixin(CoordinatorBase):
                         responses.append(
                             FindBatchResponse(
                                 ErrorCode.offset_out_of_range, [], log_start_offset, high_watermark
+                            )
+                        )
+                        continue
+                    if req.offset < high_watermark and (row[2] is None or row[6] > req.offset):
+                        responses.append(
+                            FindBatchResponse(
+                                ErrorCode.offset_moved_to_tiered_storage, [], log_start_offset, high_watermark
                             )
                         )
                         continue
@@ -124,25 +147,29 @@ class FindMixin(CoordinatorBase):
         (at least the log start offset) of the first batch whose max timestamp is >= the
         target, with that batch's max timestamp (log append time for LogAppendTime
         batches). MAX_TIMESTAMP answers the last offset of the earliest batch holding the
-        greatest timestamp. The broker may refine both by reading the batch. Other
+        greatest timestamp. The broker may refine both by reading the batch. EARLIEST_LOCAL
+        is the first batch left here (tiered storage may hold offsets below it). Other
         negative timestamps answer INVALID_REQUEST.
         """
         responses: list[ListOffsetsResponse] = []
         with self._read() as conn:
             for req in requests:
                 tip = req.topic_id_partition
+                ts = req.timestamp
                 log = conn.execute(
-                    "SELECT log_id, log_start_offset, high_watermark FROM diskless_logs "
-                    "WHERE topic_id = ? AND partition = ?",
+                    _LOG_LOCAL_START_SQL if ts == ListOffsetsTimestamp.EARLIEST_LOCAL else _LOG_SQL,
                     (tip.topic_id.bytes, tip.partition),
                 ).fetchone()
                 if log is None:
                     responses.append(ListOffsetsResponse(ErrorCode.unknown_topic_or_partition, tip, -1, -1))
                     continue
-                log_id, log_start_offset, high_watermark = log
-                ts = req.timestamp
-                if ts in (ListOffsetsTimestamp.EARLIEST, ListOffsetsTimestamp.EARLIEST_LOCAL):
+                log_id, log_start_offset, high_watermark = log[:3]
+                if ts == ListOffsetsTimestamp.EARLIEST:
                     timestamp, offset = -1, log_start_offset
+                elif ts == ListOffsetsTimestamp.EARLIEST_LOCAL:
+                    # A DeleteRecords inside the first batch moved the start past its base.
+                    local = high_watermark if log[3] is None else log[3]
+                    timestamp, offset = -1, max(log_start_offset, local)
                 elif ts == ListOffsetsTimestamp.LATEST:
                     timestamp, offset = -1, high_watermark
                 elif ts == ListOffsetsTimestamp.LATEST_TIERED:
