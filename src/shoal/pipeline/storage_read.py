@@ -5,12 +5,19 @@ where each batch lives, neighbouring batches of one object are read with one ran
 (``shoal.objects.ranges``, as the broker plans them), each batch's CRC is checked, its coordinator-assigned
 base offset (and, for LogAppendTime topics, the append time) is stamped in, and the records
 are decoded, whatever the codec. The next chunk's GETs run while the current one decodes.
+
+On a tiered diskless topic (KIP-1163) the coordinator answers OFFSET_MOVED_TO_TIERED_STORAGE
+for offsets whose batches went to tiered segments; those are read from the segment holding
+them, on the same object storage (``tiered_read``), and the read goes on with the coordinator's
+batches after the segment's end. A WAL object or segment deleted meanwhile is data loss when
+the log start moved past it (``failOnDataLoss``); a WAL object emptied by tiering sends the read
+to the segment now holding its offsets.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -21,17 +28,22 @@ from shoal.coordinator.api import (
     BatchInfo,
     FindBatchRequest,
     ListOffsetsRequest,
+    ListOffsetsTimestamp,
     TopicIdPartition,
 )
 from shoal.objects.factory import open_object_storage
 from shoal.objects.ranges import coalesce_ranges
 from shoal.objects.storage import ByteRange, ObjectNotFoundError, ObjectStorage
 from shoal.pipeline.stores import open_coordinator
+from shoal.pipeline.tiered_read import RemoteSegments, SegmentReader, StoredRecord
 from shoal.pipeline.topics import PartitionSource
 from shoal.protocol.errors import ErrorCode, KafkaError
 from shoal.records.batch import ATTRIBUTES_OFFSET, TIMESTAMP_TYPE_FLAG, read_header, stamp_batch
 from shoal.records.codec import Record, decode_batch
 from shoal.records.types import TimestampType
+from shoal.tiered.api import RemoteResourceNotFoundError
+from shoal.tiered.api import TopicIdPartition as RemotePartition
+from shoal.tiered.storage_manager import ObjectRemoteStorageManager
 
 __all__ = ["DataLossError", "DisklessRangeReader", "StoredRecord"]
 
@@ -39,9 +51,6 @@ __all__ = ["DataLossError", "DisklessRangeReader", "StoredRecord"]
 CHUNK_BYTES = 16 * 1024 * 1024
 #: Ranged GETs in flight at once within a step.
 GET_CONCURRENCY = 8
-
-# (offset, timestamp ms, timestamp type, key, value, headers)
-StoredRecord = tuple[int, int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
 
 
 class DataLossError(RuntimeError):
@@ -55,6 +64,15 @@ class _Step:
     next_offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Tiered:
+    offset: int  # the coordinator answered OFFSET_MOVED_TO_TIERED_STORAGE here
+
+
+#: What reading one part of a range yields, then returns: where the read goes on (None: done).
+_Part = Generator[list[StoredRecord], None, int | None]
+
+
 def _data_loss(message: str) -> DataLossError:
     return DataLossError(
         f"{message}. Some data may have been lost because it is not available any more (deleted by "
@@ -63,21 +81,30 @@ def _data_loss(message: str) -> DataLossError:
 
 
 class DisklessRangeReader:
-    """Opens the coordinator (read-only use) and the object storage once per task; ``close`` them after."""
+    """Opens the coordinator (read-only use) and the object storage once per task; ``close`` them after.
+
+    The remote segment metadata of tiered topics is opened only when a read reaches tiered data.
+    """
 
     def __init__(self, store: Config, storage_url: str, *, chunk_bytes: int = CHUNK_BYTES) -> None:
         self._coordinator = open_coordinator(store)
         self._storage: ObjectStorage = open_object_storage(storage_url)
         self._chunk_bytes = chunk_bytes
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shoal-prefetch")
-        self.stats = {"gets": 0, "bytes": 0, "batches": 0}
+        self.stats = {"gets": 0, "bytes": 0, "batches": 0, "segments": 0}
+        self._remote = RemoteSegments(store)
+        rsm = ObjectRemoteStorageManager(self._storage)  # the broker's, on the same object storage
+        self._segments = SegmentReader(rsm, self._pool, chunk_bytes, self.stats)
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
         try:
             asyncio.run(self._storage.close())
         finally:
-            self._coordinator.close()
+            try:
+                self._remote.close()
+            finally:
+                self._coordinator.close()
 
     def __enter__(self) -> DisklessRangeReader:
         return self
@@ -88,7 +115,7 @@ class DisklessRangeReader:
     # ------------------------------------------------------------------ offsets
 
     def bounds(self, src: PartitionSource) -> tuple[int, int]:
-        """(log start offset, high watermark) of a diskless partition."""
+        """(log start offset, high watermark) of a diskless partition (tiered offsets included)."""
         info = self._coordinator.get_log_info(src.topic_uuid(), src.partition)
         if info is None:
             raise _data_loss(f"{src.topic}-{src.partition} is unknown to the Batch Coordinator")
@@ -97,17 +124,37 @@ class DisklessRangeReader:
     def offset_for_timestamp(self, src: PartitionSource, target: int) -> int | None:
         """Kafka's ListOffsets by timestamp: the first offset whose timestamp is >= ``target``, or None.
 
-        The coordinator answers the first *batch* that reaches the target; that batch is read
-        and decoded to answer the exact record, as the broker does.
+        The coordinator answers the first *batch* it holds that reaches the target; below its
+        first batch (tiered data) the first remote segment whose max timestamp reaches it comes
+        first. From there the records are read and decoded to answer the exact one, as the
+        broker does.
         """
         tip = TopicIdPartition(src.topic_uuid(), src.partition, src.topic)
-        (resp,) = self._coordinator.list_offsets([ListOffsetsRequest(tip, target)])
-        if resp.errors != ErrorCode.none:
-            raise KafkaError(resp.errors, f"ListOffsets by timestamp for {src.topic}-{src.partition}")
-        if resp.offset < 0:
+        resp, local, earliest = self._coordinator.list_offsets([
+            ListOffsetsRequest(tip, target),
+            ListOffsetsRequest(tip, ListOffsetsTimestamp.EARLIEST_LOCAL),
+            ListOffsetsRequest(tip, ListOffsetsTimestamp.EARLIEST),
+        ])
+        for answer in (resp, local, earliest):
+            if answer.errors != ErrorCode.none:
+                raise KafkaError(answer.errors, f"ListOffsets by timestamp for {src.topic}-{src.partition}")
+        starts = [resp.offset] if resp.offset >= 0 else []
+        if local.offset > earliest.offset:  # offsets [earliest, local) are in tiered segments
+            remote = RemotePartition(src.topic_uuid(), src.partition, src.topic)
+            first = next(
+                (
+                    s for s in self._remote.finished(remote, fresh=True)
+                    if s.end_offset >= earliest.offset and s.max_timestamp_ms >= target
+                ),
+                None,
+            )
+            if first is not None:
+                starts.append(max(first.start_offset, earliest.offset))
+        if not starts:
             return None
         log_start, high_watermark = self.bounds(src)
-        for records in self.read(src, resp.offset, high_watermark, fail_on_data_loss=False):
+        first_offset = max(min(starts), log_start)
+        for records in self.read(src, first_offset, high_watermark, fail_on_data_loss=False):
             for rec in records:
                 if rec[1] >= target:
                     return rec[0]
@@ -118,11 +165,24 @@ class DisklessRangeReader:
     def read(
         self, src: PartitionSource, start: int, end: int, *, fail_on_data_loss: bool = True
     ) -> Iterator[list[StoredRecord]]:
-        """The records with ``start <= offset < end``, in offset order, in chunks (control records skipped)."""
+        """The records with ``start <= offset < end``, in offset order, in chunks (control records skipped).
+
+        Alternates between the coordinator's batches and tiered segments as the coordinator
+        says where the offsets are.
+        """
+        offset: int | None = start
+        while offset is not None and offset < end:
+            offset = yield from self._read_local(src, offset, end, fail_on_data_loss)
+            if offset is not None and offset < end:
+                offset = yield from self._read_tiered(src, offset, end, fail_on_data_loss)
+
+    def _read_local(self, src: PartitionSource, start: int, end: int, fail_on_data_loss: bool) -> _Part:
+        """The coordinator's batches from ``start``; returns the offset found in tiered storage, if any."""
         tip = TopicIdPartition(src.topic_uuid(), src.partition, src.topic)
         step = self._plan(tip, start, end, fail_on_data_loss)
         future = self._submit(step)
-        while step is not None and future is not None:
+        while isinstance(step, _Step):
+            assert future is not None
             following = (
                 self._plan(tip, step.next_offset, end, fail_on_data_loss) if step.next_offset < end else None
             )
@@ -131,12 +191,16 @@ class DisklessRangeReader:
                 data = future.result()
             except ObjectNotFoundError:
                 # Retention or deletion removed the object after we planned: that is data loss if
-                # the log moved past us, otherwise a real inconsistency.
-                log_start, _ = self.bounds(src)
-                if step.offset >= log_start:
-                    raise
+                # the log moved past us; tiering may have emptied it (its batches are in a
+                # segment now); otherwise a real inconsistency.
                 if following_future is not None:
                     following_future.cancel()
+                log_start, _ = self.bounds(src)
+                if step.offset >= log_start:
+                    moved = self._plan(tip, step.offset, end, fail_on_data_loss)
+                    if isinstance(moved, _Tiered):
+                        return moved.offset
+                    raise
                 if fail_on_data_loss:
                     raise _data_loss(
                         f"{src.topic}-{src.partition}: offsets {step.offset}..{log_start - 1} were deleted while reading"
@@ -146,8 +210,40 @@ class DisklessRangeReader:
                 continue
             yield self._decode(step, data, end)
             step, future = following, following_future
+        return step.offset if isinstance(step, _Tiered) else None
 
-    def _plan(self, tip: TopicIdPartition, offset: int, end: int, fail_on_data_loss: bool) -> _Step | None:
+    def _read_tiered(self, src: PartitionSource, offset: int, end: int, fail_on_data_loss: bool) -> _Part:
+        """The records of the remote segment holding ``offset``; returns the offset after it."""
+        where = f"{src.topic}-{src.partition}"
+        remote = RemotePartition(src.topic_uuid(), src.partition, src.topic)
+        segment = self._remote.holding(remote, offset)
+        reached = offset
+        if segment is not None:
+            stop = min(end, segment.end_offset + 1)
+            self.stats["segments"] += 1
+            try:
+                for records, progress in self._segments.read(segment, offset, stop):
+                    reached = progress
+                    yield records
+                return stop
+            except RemoteResourceNotFoundError:
+                pass  # deleted since it was listed: retention, below
+        # Retention deletes segments after moving the log start past them.
+        log_start, _ = self.bounds(src)
+        if reached >= log_start:
+            raise KafkaError(
+                ErrorCode.offset_moved_to_tiered_storage,
+                f"{where}: offset {reached} moved to tiered storage, but no remote segment has it",
+            )
+        if fail_on_data_loss:
+            raise _data_loss(
+                f"{where}: offsets {reached}..{min(end, log_start) - 1} were deleted while reading"
+            )
+        return log_start
+
+    def _plan(
+        self, tip: TopicIdPartition, offset: int, end: int, fail_on_data_loss: bool
+    ) -> _Step | _Tiered | None:
         while offset < end:
             (resp,) = self._coordinator.find_batches(
                 [FindBatchRequest(tip, offset, self._chunk_bytes)], self._chunk_bytes
@@ -171,6 +267,8 @@ class DisklessRangeReader:
                         f"{where}: offset {offset} is past the high watermark {resp.high_watermark}"
                     )
                 return None
+            if resp.errors == ErrorCode.offset_moved_to_tiered_storage:
+                return _Tiered(offset)
             if resp.errors != ErrorCode.none:
                 raise KafkaError(resp.errors, f"finding batches of {where} from offset {offset}")
             batches = [b for b in resp.batches if b.metadata.base_offset < end]
@@ -185,10 +283,12 @@ class DisklessRangeReader:
             return _Step(offset, batches, batches[-1].metadata.last_offset + 1)
         return None
 
-    def _submit(self, step: _Step | None) -> Future[dict[tuple[str, int], bytes]] | None:
-        if step is None:
+    def _submit(self, step: _Step | _Tiered | None) -> Future[dict[tuple[str, int], bytes]] | None:
+        if not isinstance(step, _Step):
             return None
-        return self._pool.submit(asyncio.run, self._fetch(step))
+        planned: _Step = step
+        # The coroutine is made in the worker: a step cancelled before it runs leaves none behind.
+        return self._pool.submit(lambda: asyncio.run(self._fetch(planned)))
 
     async def _fetch(self, step: _Step) -> dict[tuple[str, int], bytes]:
         spans = coalesce_ranges(b.byte_range for b in step.batches)

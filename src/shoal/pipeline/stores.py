@@ -17,8 +17,14 @@ from shoal.coordinator.api import BatchCoordinator
 from shoal.metadata.cache import MetadataCache
 from shoal.metadata.image import MetadataImage
 from shoal.pipeline.errors import OptionError
-from shoal.store.factory import StoreNotFoundError, open_batch_coordinator, open_metadata_store
+from shoal.store.factory import (
+    StoreNotFoundError,
+    open_batch_coordinator,
+    open_metadata_store,
+    open_remote_log_metadata_manager,
+)
 from shoal.store.locate import NoConfigError, metadata_dir_config, resolve_config
+from shoal.tiered.api import RemoteLogMetadataManager
 
 NO_STORES = (
     "No Shoal stores found: set shoal.config (the brokers' server.properties) or shoal.data.dir (the directory "
@@ -53,6 +59,15 @@ def open_coordinator(config: Config) -> BatchCoordinator:
     """The Batch Coordinator of an existing store (never creates one)."""
     try:
         return open_batch_coordinator(config, must_exist=True)
+    except StoreNotFoundError as exc:
+        raise OptionError(str(exc)) from None
+
+
+def open_remote_log_metadata(config: Config) -> RemoteLogMetadataManager:
+    """Tiered storage's remote segment metadata of an existing store (never creates it): where
+    offsets of diskless topics that moved to tiered storage are read from."""
+    try:
+        return open_remote_log_metadata_manager(config, must_exist=True)
     except StoreNotFoundError as exc:
         raise OptionError(str(exc)) from None
 

@@ -16,33 +16,12 @@ from collections import OrderedDict
 from shoal.records.batch import HEADER_SIZE
 from shoal.records.codec import decode_batch, iter_batches
 from shoal.tiered.api import IndexType, RemoteLogSegmentMetadata, RemoteStorageManager
+from shoal.tiered.segment_lookup import floor_segment, index_position
 
-_OFFSET_ENTRY = struct.Struct(">ii")
+__all__ = ["RemoteReader", "floor_segment", "index_position"]
+
 #: A GET reads at least this much, so small fetches of one batch do not need a second GET.
 _MIN_READ = 64 * 1024
-
-
-def floor_segment(segments: list[RemoteLogSegmentMetadata], offset: int) -> RemoteLogSegmentMetadata | None:
-    """The copied segment holding ``offset`` with the highest start offset (``segments`` are
-    COPY_SEGMENT_FINISHED ones)."""
-    best = None
-    for s in segments:
-        if s.start_offset <= offset <= s.end_offset and (best is None or s.start_offset > best.start_offset):
-            best = s
-    return best
-
-
-def index_position(index: bytes, base_offset: int, offset: int) -> int:
-    """The file position of the last offset-index entry at or below ``offset`` (0 when none)."""
-    position = 0
-    for i in range(0, len(index) - len(index) % 8, 8):
-        relative, pos = _OFFSET_ENTRY.unpack_from(index, i)
-        if relative == 0 and pos == 0 and i > 0:
-            break  # the zero-filled tail of a preallocated index
-        if base_offset + relative > offset:
-            break
-        position = pos
-    return position
 
 
 class RemoteReader:
