@@ -8,6 +8,7 @@ earliest (-2), earliest local (-4: the first batch the coordinator holds) and la
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 import pytest
@@ -16,9 +17,12 @@ from shoal.protocol.errors import ErrorCode
 from tests.integration.test_lifecycle import shoal_cli
 from tests.integration.test_tiered_storage import (
     TIERED_BROKER,
+    alter,
     dump_remote_segment,
     list_offset,
     read_with_all_clients,
+    tiered_objects,
+    tiered_state,
 )
 from tests.support.broker import BrokerProcess, confluent_consume, create_diskless_topic, free_port
 from tests.support.chaos_clients import wait_until
@@ -124,3 +128,44 @@ def test_diskless_topic_tiered_on_s3(broker_factory: Any, moto_s3: Any, s3_bucke
                       aws_access_key_id="testing", aws_secret_access_key="testing")
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=s3_bucket, Prefix="tiered/").get("Contents", [])]
     assert any(k.endswith(".log") for k in keys), keys
+
+
+@pytest.mark.timeout(300)
+def test_diskless_kip_950_retain_then_delete_then_enable_again(broker_factory: Any, topic_name: str) -> None:
+    """KIP-950 on a tiered diskless topic: retain (copies stop, tiered data stays readable, the
+    coordinator's own retention takes over), delete (tiered data deleted, the log start moves to the
+    coordinator's first batch), enabled again (tiered epoch 1, copies resume)."""
+    broker = broker_factory(overrides=DISKLESS_TIERED_BROKER)
+    create_diskless_topic(broker.bootstrap, topic_name, 1, config=TOPIC)
+    assert tiered_state(broker, topic_name) == ("ENABLED", "0")
+    values = produce(broker.bootstrap, topic_name, 0, 2000)
+    wait_tiered_up_to(broker, topic_name, len(values))
+
+    assert alter(broker, topic_name, **{"remote.log.copy.disable": "true", "local.retention.bytes": "-2"}) == ""
+    wait_until(lambda: tiered_state(broker, topic_name) == ("DISABLED", "0"), "retain finishing", 30)
+    time.sleep(1.0)  # a round that began before the change may still finish its copies
+    tiered = list_offset(broker.port, topic_name, -5)[1]
+    local = list_offset(broker.port, topic_name, -4)[1]
+    values += produce(broker.bootstrap, topic_name, len(values), 1000)
+    time.sleep(1.5)  # several remote log manager rounds
+    assert list_offset(broker.port, topic_name, -5)[1] == tiered, "a segment was copied with copies disabled"
+    assert list_offset(broker.port, topic_name, -4)[1] == local, "batches left the coordinator with copies disabled"
+    got = [r.value for r in confluent_consume(broker.bootstrap, topic_name, [0], len(values), timeout=60)]
+    assert got == values
+
+    assert alter(broker, topic_name, **{"remote.storage.enable": "false", "remote.log.delete.on.disable": "true",
+                                       "remote.log.copy.disable": "-"}) == ""
+    wait_until(lambda: tiered_state(broker, topic_name) == ("DISABLED", "0") and not tiered_objects(broker, topic_name),
+               "delete finishing", 30)
+    assert list_offset(broker.port, topic_name, -2) == (ErrorCode.none, local)  # the coordinator's first batch
+    got = [r.value for r in confluent_consume(broker.bootstrap, topic_name, [0], len(values) - local, timeout=60)]
+    assert got == values[local:]
+
+    assert alter(broker, topic_name, **{"remote.storage.enable": "true", "remote.log.delete.on.disable": "-",
+                                       "local.retention.bytes": "40000"}) == ""
+    assert tiered_state(broker, topic_name) == ("ENABLED", "1")
+    values += produce(broker.bootstrap, topic_name, len(values), 1000)
+    wait_until(lambda: list_offset(broker.port, topic_name, -5)[1] >= local, "copies resuming", 60)
+    wait_until(lambda: list_offset(broker.port, topic_name, -4)[1] > local, "batches tiered again", 60)
+    got = [r.value for r in confluent_consume(broker.bootstrap, topic_name, [0], len(values) - local, timeout=60)]
+    assert got == values[local:]
