@@ -1,5 +1,5 @@
-"""Tiered storage of classic topics (KIP-405): remote fetch MB/s (cold, cached) beside local reads
-of the same records, and copy MB/s.
+"""Tiered storage (KIP-405) of classic topics, or of diskless ones with ``--kind diskless``
+(KIP-1163): remote fetch MB/s (cold, cached) beside local reads of the same records, and copy MB/s.
 
 Starts one broker (``shoal up`` on a fresh data dir under ``--data-parent``, with
 ``remote.log.storage.system.enable=true``, ``remote.log.manager.task.interval.ms`` =
@@ -202,11 +202,13 @@ def offsets(leaders: dict[int, str], topic: str, timestamp: int) -> dict[int, in
 
 
 def create_topic(bootstrap: str, name: str, args: argparse.Namespace) -> dict[int, str]:
-    """A classic topic; partition -> its leader's host:port."""
+    """A topic of ``--kind``; partition -> its leader's host:port."""
     from confluent_kafka.admin import NewTopic
 
     admin = _admin(bootstrap)
     config = {"segment.bytes": str(args.segment_bytes)}
+    if args.kind == "diskless":
+        config["diskless.enable"] = "true"
     admin.create_topics([NewTopic(name, args.partitions, 1, config=config)], request_timeout=30)[name].result(40)
     ok, _, parts = _wait_for(admin, name, 60, 0.2, lambda ps: len(ps) >= args.partitions and
                              all(m.leader >= 0 for m in ps.values()))
@@ -340,7 +342,7 @@ def one_round(i: int, bootstrap: str, local_topic: str, ctx: SimpleNamespace) ->
     log(f"round {i}: filling {topic} with {args.mb} MB")
     out["fill"] = fill_topic(bootstrap, topic, args)
     targets = None
-    if ctx.broker is not None:
+    if ctx.broker is not None and args.kind == "classic":  # a diskless chain is built once tiered
         targets = {p: base - 1 for p, base in ctx.broker.active_bases(topic, args.partitions).items() if base > 0}
     before = ctx.scraper.scrape() if ctx.scraper else None
     tier(bootstrap, topic, args)
@@ -376,6 +378,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics", help="with --bootstrap: the brokers' /metrics URLs, comma-separated")
     p.add_argument("--mb", type=float, default=100.0, help="MB (10^6 bytes of values) per topic (default 100)")
     p.add_argument("--rounds", type=int, default=2, help="rounds of A B A B (default 2)")
+    p.add_argument("--kind", choices=("classic", "diskless"), default="classic",
+                   help="topic kind (default classic); diskless: the leader builds segments from the Batch "
+                        "Coordinator's batches (KIP-1163), and 'local' reads come from the cache replica")
     p.add_argument("--partitions", type=int, default=1, help="partitions per topic (default 1)")
     p.add_argument("--record-size", type=int, default=1024, help="value bytes per record (default 1024)")
     p.add_argument("--segment-bytes", type=int, default=1 << 20, help="segment.bytes, and local.retention.bytes")

@@ -20,6 +20,7 @@ import pytest
 from shoal.faults import Fault
 from shoal.tiered.storage_manager import kafka_uuid
 from tests.integration.test_tiered_failures import (  # noqa: F401 (make_cluster is a fixture)
+    DELETE_STARTED,
     EARLIEST,
     EARLIEST_LOCAL,
     STARTED,
@@ -107,3 +108,67 @@ def test_diskless_leader_killed_mid_copy_loses_and_duplicates_nothing(
           f"on {node}")
     assert earliest == 0
     assert len(producer.acked) > 1000, summary
+
+
+@pytest.mark.timeout(300)
+def test_diskless_leader_killed_mid_remote_delete_keeps_the_log_start_consistent(
+    make_cluster: Callable[..., Cluster],  # noqa: F811 (the imported fixture)
+) -> None:
+    """A small ``retention.bytes`` expires tiered segments of a diskless topic; with slow deletes
+    the leader is SIGKILLed while a segment is DELETE_SEGMENT_STARTED, then restarted; twice. The
+    coordinator's log start moves before any segment is deleted, so ListOffsets earliest never
+    names an offset whose segment is gone, never goes back, and the records from it on are the
+    acknowledged ones, gapless; no object outlives its segment."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    cluster = make_cluster(faults=True)
+    create_diskless_topic(cluster)
+    remote = Remote(cluster)
+    producer = AckingProducer(cluster.bootstrap, rate=300)
+    producer.start()
+    interrupted: list[tuple[int, str, list[str]]] = []
+    earliest_seen: list[tuple[int, int]] = []
+    try:
+        wait_until(lambda: len(remote.finished()) >= 12, "segments copied before retention", 90)
+        set_faults(cluster, delete=Fault(latency_ms=600))
+        admin = admin_client(cluster.bootstrap)
+        resource = ConfigResource("TOPIC", TOPIC, incremental_configs=[
+            ConfigEntry("retention.bytes", "120000", incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([resource])[resource].result(30)
+        for _ in range(2):
+            victim = leader(cluster)
+            segment, sid, parts = remote.wait_half_done(victim, DELETE_STARTED)
+            earliest_seen.append(leader_offset(cluster, EARLIEST))
+            assert earliest_seen[-1][1] > segment.end_offset, (
+                f"earliest {earliest_seen[-1]} while segment {segment.start_offset}..{segment.end_offset} is deleted")
+            kill(cluster, victim)
+            interrupted.append((segment.start_offset, sid, parts))
+            leader(cluster, not_on=victim)
+            earliest_seen.append(leader_offset(cluster, EARLIEST))
+            time.sleep(1)
+            restart(cluster, victim)
+    finally:
+        set_faults(cluster)
+        producer.finish()
+    wait_in_sync(cluster)
+    remote.wait_consistent(60)
+    listed = {kafka_uuid(s.segment_id.id) for s in remote.segments()}
+    assert not [sid for _, sid, _ in interrupted if sid in listed], "an interrupted delete is still listed"
+
+    def settled() -> bool:  # retention done: the remote segments stay as they are for a few rounds
+        before = [kafka_uuid(s.segment_id.id) for s in remote.finished()]
+        time.sleep(1.5)
+        return before == [kafka_uuid(s.segment_id.id) for s in remote.finished()] and not remote.problems()
+
+    wait_until(settled, "remote retention settled", 40)
+    finished = remote.finished()
+    node, earliest = leader_offset(cluster, EARLIEST)
+    summary = check_read_back(cluster, producer, earliest)
+    remote.close()
+    print(f"interrupted deletes (start offset, segment, objects left at the kill): {interrupted}\n"
+          f"earliest over time (node, offset): {earliest_seen}; finally {earliest} on {node}; "
+          f"finished segments {[(s.start_offset, s.end_offset) for s in finished]}\n{summary}")
+    assert finished and earliest > 0, "retention.bytes expired nothing, or everything"
+    assert earliest == finished[0].start_offset, (earliest, [(s.start_offset, s.end_offset) for s in finished])
+    seen = [offset for _, offset in earliest_seen] + [earliest]
+    assert seen == sorted(seen), f"ListOffsets earliest went backwards: {earliest_seen}, then {earliest}"
