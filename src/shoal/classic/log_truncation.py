@@ -41,6 +41,26 @@ class TruncationMixin(LogState):
             self._reset_at(offset)
             self._after_truncation()
 
+    def start_at_with_tiered_state(
+        self, offset: int, epochs: list[tuple[int, int]], producer_snapshot: bytes | None
+    ) -> int:
+        """Kafka's ``buildRemoteLogAuxState``: a follower behind its leader's *local* log start of a
+        tiered partition empties its log, restarts it at ``offset`` (the leader's local log start)
+        and takes the state the remote segments below it hold: the leader epochs ((epoch, start
+        offset), the entry in force at ``offset`` moved up to it) and the producer snapshot taken at
+        ``offset``, so it can answer OffsetsForLeaderEpoch and deduplicate producers as the leader
+        does once it leads. Returns how many producers the snapshot held (-1: none given)."""
+        with self._guard("truncating"), self._io(), self._lock:
+            self._check_usable()
+            self._reset_at(offset)
+            for epoch, start in sorted(epochs, key=lambda e: (e[1], e[0])):
+                self._epochs.assign(epoch, start, write=False)
+            self._epochs.truncate_from_start(offset)
+            self._epochs.flush()
+            producers = -1 if producer_snapshot is None else self._producers.restore(offset, producer_snapshot)
+            self._after_truncation()
+            return producers
+
     def _reset_at(self, offset: int) -> None:
         """Delete every segment and start empty at ``offset`` (both locks held)."""
         for segment in self._segments:

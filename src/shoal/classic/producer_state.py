@@ -283,6 +283,25 @@ class ProducerStateManager:
         self.map_end_offset = self.last_snap_offset = log_start_offset
         return log_start_offset
 
+    def restore(self, offset: int, snapshot: bytes) -> int:
+        """A log emptied to start at ``offset`` takes the producer state of the snapshot taken at
+        ``offset`` elsewhere (a follower's auxiliary state from remote storage, KIP-405): written
+        as this partition's snapshot file and loaded. Returns how many producers it holds;
+        CorruptSnapshotError when it does not check out (nothing kept then)."""
+        path = self.snapshot_path(offset)
+        atomic_write(path, snapshot, sync=True)
+        try:
+            entries = read_snapshot(path)
+        except CorruptSnapshotError:
+            path.unlink(missing_ok=True)
+            raise
+        self.producers = {e.producer_id: e for e in entries}
+        if offset not in self._snapshots:
+            self._snapshots.append(offset)
+            self._snapshots.sort()
+        self.map_end_offset = self.last_snap_offset = offset
+        return len(entries)
+
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Forget everything (the log was emptied) and drop all snapshots."""
         self.producers.clear()

@@ -23,6 +23,7 @@ from typing import Any
 
 from shoal.classic.log import PartitionLog
 from shoal.classic.log_manager import TopicPartition
+from shoal.classic.producer_state import CorruptSnapshotError
 from shoal.classic.replica_client import (
     FETCH_VERSION,
     OFFSET_FOR_LEADER_EPOCH_VERSION,
@@ -38,6 +39,13 @@ log = logging.getLogger(__name__)
 
 _UNDEFINED = -1
 _MAX_TRUNCATION_ROUNDS = 20
+
+
+#: (topic id, topic, partition, the leader's local log start) -> (leader epochs (epoch, start offset),
+#: producer snapshot at that offset or None), or None when remote storage holds nothing below it.
+TieredStateSource = Callable[
+    [uuid.UUID, str, int, int], Awaitable[tuple[list[tuple[int, int]], bytes | None] | None]
+]
 
 
 @dataclass(slots=True)
@@ -72,8 +80,11 @@ class ReplicaFetcher:
         run_blocking: Callable[..., Awaitable[Any]],
         on_appended: Callable[[TopicPartition], None],
         throttle: tuple[Callable[[TopicPartition], bool], ReplicationQuota] | None = None,
+        tiered_state: TieredStateSource | None = None,
     ) -> None:
         self.leader = leader
+        #: Where a follower behind its leader's local log start gets the state below it (KIP-405).
+        self._tiered_state = tiered_state
         #: ``follower.replication.throttled.*``: which partitions are throttled, and the quota.
         self._throttle = throttle
         self._settings = settings
@@ -290,8 +301,39 @@ class ReplicaFetcher:
                     continue  # the partition moved on while the fetch was out
                 await self._handle(tp, f, asked[tp], p)
 
+    async def _restart_from_tiered(self, tp: TopicPartition, f: FollowedPartition, leader_local_start: int) -> None:
+        """The leader answered OFFSET_MOVED_TO_TIERED_STORAGE: what we need lies only in remote
+        segments. Restart the log at the leader's local log start with the leader epochs and the
+        producer snapshot the remote segments below it hold (Kafka's ``buildRemoteLogAuxState``);
+        without them (no tiered storage here, none found) just restart it there."""
+        state = None
+        if self._tiered_state is not None:
+            try:
+                state = await self._tiered_state(f.topic_id, tp[0], tp[1], leader_local_start)
+            except Exception as exc:  # remote metadata or storage failing: restart without
+                log.warning("%s-%d: reading the tiered state below offset %d failed: %s: %s", tp[0], tp[1],
+                            leader_local_start, type(exc).__name__, exc)
+        if state is None:
+            log.info("%s-%d: behind the leader's local log start %d: restarting the log there", tp[0], tp[1],
+                     leader_local_start)
+            await self._run_blocking(f.log.truncate_fully_and_start_at, leader_local_start)
+            return
+        epochs, snapshot = state
+        try:
+            producers = await self._run_blocking(f.log.start_at_with_tiered_state, leader_local_start, epochs, snapshot)
+        except CorruptSnapshotError as exc:
+            log.warning("%s-%d: the remote producer snapshot at %d is unusable: %s", tp[0], tp[1],
+                        leader_local_start, exc)
+            producers = await self._run_blocking(f.log.start_at_with_tiered_state, leader_local_start, epochs, None)
+        log.info("%s-%d: behind the leader's local log start %d: restarted the log there with %d leader epochs and "
+                 "%s from remote storage", tp[0], tp[1], leader_local_start, len(epochs),
+                 "no producer snapshot" if producers < 0 else f"{producers} producers")
+
     async def _handle(self, tp: TopicPartition, f: FollowedPartition, asked: int, p: Any) -> None:
         error = ErrorCode(p.error_code)
+        if error == ErrorCode.offset_moved_to_tiered_storage:
+            await self._restart_from_tiered(tp, f, int(p.log_start_offset))
+            return
         if error == ErrorCode.offset_out_of_range:
             if f.log.log_end_offset < p.log_start_offset:
                 log.info("%s-%d: behind the leader's log start %d: restarting the log there",

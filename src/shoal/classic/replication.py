@@ -19,13 +19,19 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from shoal.classic.leader_state import LeaderState
 from shoal.classic.log import PartitionLog
 from shoal.classic.log_manager import TopicPartition
-from shoal.classic.replica_fetcher import FetcherSettings, FollowedPartition, ReplicaFetcher
+from shoal.classic.replica_fetcher import (
+    FetcherSettings,
+    FollowedPartition,
+    ReplicaFetcher,
+    TieredStateSource,
+)
 from shoal.classic.replication_quota import ReplicationQuota
 from shoal.cluster.partition_control import PartitionControl
 from shoal.config import Config
@@ -52,6 +58,9 @@ class Replication:
     ) -> None:
         self._node_id = node_id
         self._throttle = throttle
+        #: Set when tiered storage runs here (``RemoteLogManager.aux_state``): followers behind their
+        #: leader's local log start take the state below it from remote storage.
+        self.tiered_state: TieredStateSource | None = None
         self._get_log = get_log
         self._run_blocking = run_blocking
         self._control = control
@@ -164,13 +173,19 @@ class Replication:
             fetcher = None
         if fetcher is None:
             fetcher = ReplicaFetcher(
-                p.leader, broker.host, broker.port, self._settings, self._run_blocking, self._wake, self._throttle
+                p.leader, broker.host, broker.port, self._settings, self._run_blocking, self._wake, self._throttle,
+                self._tiered_aux_state,
             )
             self._fetchers[p.leader] = fetcher
             fetcher.start()
         fetcher.add(tp, FollowedPartition(topic.topic_id, log_, p.leader_epoch))
         self._following[tp] = (p.leader, p.leader_epoch)
         log.info("%s-%d: following leader %d at epoch %d", tp[0], tp[1], p.leader, p.leader_epoch)
+
+    async def _tiered_aux_state(
+        self, topic_id: uuid.UUID, topic: str, partition: int, offset: int
+    ) -> tuple[list[tuple[int, int]], bytes | None] | None:
+        return None if self.tiered_state is None else await self.tiered_state(topic_id, topic, partition, offset)
 
     def _resign(self, tp: TopicPartition) -> None:
         state = self.leaders.pop(tp, None)

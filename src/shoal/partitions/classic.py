@@ -156,7 +156,7 @@ class ClassicPartitions:
                         outcomes.append(remote)
                         used += len(remote.records)
                         continue
-                outcomes.append(await self._error(r.partition, exc, consumer=r.replica_id < 0))
+                outcomes.append(await self._error(r.partition, exc, consumer=r.replica_id < 0, fetch_offset=r.fetch_offset))
         return outcomes
 
     async def _remote_read(self, r: KindRead, tp: TopicIdPartition, max_bytes: int, min_one: bool) -> ReadOutcome | None:
@@ -172,20 +172,26 @@ class ClassicPartitions:
         hw = log_.high_watermark
         return ReadOutcome(ErrorCode.none, hw, hw, start, records)
 
-    async def _error(self, partition: PartitionRef, exc: KafkaError, *, consumer: bool = True) -> ReadOutcome:
+    async def _error(
+        self, partition: PartitionRef, exc: KafkaError, *, consumer: bool = True, fetch_offset: int = -1
+    ) -> ReadOutcome:
         """An error answer, with the log's offsets when the log is there (OFFSET_OUT_OF_RANGE): a
-        consumer of a tiered partition gets the partition's log start (remote data included), a
-        follower the local one (it restarts its log there, as Kafka's do after
-        OFFSET_MOVED_TO_TIERED_STORAGE)."""
+        consumer of a tiered partition gets the partition's log start (remote data included); a
+        follower fetching below the local log start of a tiered partition gets
+        OFFSET_MOVED_TO_TIERED_STORAGE with the local log start, where it restarts its log with the
+        state remote storage holds below it (as Kafka's followers do)."""
         try:
             log_ = self.replicas.get(partition.name, partition.partition)
         except KafkaError:
             return ReadOutcome(exc.code)
         start = log_.log_start_offset
+        code = exc.code
         tp = self._tiered(partition)
         if tp is not None and consumer and self.remote is not None:
             start = await self.remote.log_start(tp, start)
-        return ReadOutcome(exc.code, log_.high_watermark, log_.high_watermark, start)
+        elif tp is not None and code == ErrorCode.offset_out_of_range and 0 <= fetch_offset < start:
+            code = ErrorCode.offset_moved_to_tiered_storage
+        return ReadOutcome(code, log_.high_watermark, log_.high_watermark, start)
 
     async def list_offsets(self, lookups: Sequence[tuple[PartitionRef, int]]) -> list[OffsetOutcome]:
         outcomes = []
@@ -220,16 +226,17 @@ class ClassicPartitions:
         local_start = log_.log_start_offset
         if timestamp == EARLIEST_TIMESTAMP:
             start = await self.remote.log_start(tp, local_start)
-            return OffsetOutcome(ErrorCode.none, -1, start, self._epoch_at(log_, start))
+            epoch = self._epoch_at(log_, start) if start >= local_start else await self.remote.epoch_at(tp, start)
+            return OffsetOutcome(ErrorCode.none, -1, start, epoch)
         if timestamp == EARLIEST_LOCAL_TIMESTAMP:
             return OffsetOutcome(ErrorCode.none, -1, local_start, self._epoch_at(log_, local_start))
         if timestamp == LATEST_TIERED_TIMESTAMP:
             highest = await self.remote.highest_copied(tp)
-            return OffsetOutcome(ErrorCode.none, -1, highest, self._epoch_at(log_, highest) if highest >= 0 else -1)
+            return OffsetOutcome(ErrorCode.none, -1, highest, await self.remote.epoch_at(tp, highest) if highest >= 0 else -1)
         if timestamp >= 0:
             found = await self.remote.offset_for_timestamp(tp, timestamp)
             if found is not None and found[0] < local_start:
-                return OffsetOutcome(ErrorCode.none, found[1], found[0], self._epoch_at(log_, found[0]))
+                return OffsetOutcome(ErrorCode.none, found[1], found[0], await self.remote.epoch_at(tp, found[0]))
         return None
 
     @staticmethod

@@ -88,6 +88,7 @@ def build_partitions(
             finish_tiering_disablement, chains, partial(log_config_for, config), config["remote.fetch.max.wait.ms"],
         )
         track_remote_log(metrics.registry, remote)
+        replicas.replication.tiered_state = remote.aux_state
     classic = ClassicPartitions(replicas, notifier.committed, remote)
 
     caches = CacheReplicas(config, node_id, image, reader, coordinator, run_blocking, control, notifier.committed)

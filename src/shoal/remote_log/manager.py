@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -36,12 +37,14 @@ from shoal.metadata.tiered_state import DISABLING, ENABLED, copying
 from shoal.remote_log.diskless_chains import DisklessChains
 from shoal.remote_log.reader import RemoteReader, floor_segment
 from shoal.tiered.api import (
+    IndexType,
     LogSegmentData,
     RemoteLogMetadataManager,
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentMetadataUpdate,
     RemoteLogSegmentState,
+    RemoteResourceNotFoundError,
     RemoteStorageManager,
     TopicIdPartition,
     epochs_in,
@@ -373,6 +376,38 @@ class RemoteLogManager:
                 if found is not None and found[0] >= start:
                     return found
         return None
+
+    async def epoch_at(self, tp: TopicIdPartition, offset: int) -> int:
+        """The leader epoch of a remote offset, from the segments' leader epochs (-1: unknown)."""
+        segment = floor_segment(await self._finished(tp), offset)
+        if segment is None:
+            return -1
+        epochs = [e for e, start in segment.segment_leader_epochs.items() if start <= offset]
+        return max(epochs, default=-1)
+
+    async def aux_state(
+        self, topic_id: uuid.UUID, topic: str, partition: int, offset: int
+    ) -> tuple[list[tuple[int, int]], bytes | None] | None:
+        """What a follower restarting its log at the leader's local log start ``offset`` takes from
+        remote storage (Kafka's ``buildRemoteLogAuxState``): the leader epochs of the segments below
+        ``offset`` ((epoch, start offset)), and the producer snapshot of the segment ending just
+        below it (None when no copied segment ends there, e.g. an earlier leader cut elsewhere).
+        None: no remote segment holds ``offset - 1``."""
+        tp = TopicIdPartition(topic_id, partition, topic)
+        finished = await self._finished(tp)
+        holding = floor_segment(finished, offset - 1)
+        if holding is None:
+            return None
+        starts: dict[int, int] = {}
+        for s in finished:
+            for epoch, start in s.segment_leader_epochs.items():
+                if start < offset:
+                    starts[epoch] = min(starts.get(epoch, start), start)
+        snapshot = None
+        if holding.end_offset == offset - 1:
+            with contextlib.suppress(RemoteResourceNotFoundError):
+                snapshot = await self._rsm.fetch_index(holding, IndexType.PRODUCER_SNAPSHOT)
+        return sorted(starts.items(), key=lambda e: (e[1], e[0])), snapshot
 
     async def highest_copied(self, tp: TopicIdPartition) -> int:
         finished = await self._finished(tp)
