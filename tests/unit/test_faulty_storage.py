@@ -58,6 +58,49 @@ async def test_failing_upload_stores_nothing_unless_after() -> None:
     await storage.upload("wal/c", b"y")
 
 
+async def test_upload_faults_apply_to_upload_file(tmp_path: Path) -> None:
+    """upload_file is an upload for the injector: same faults, same counter, same "after"."""
+    source = tmp_path / "segment.log"
+    source.write_bytes(b"segment bytes")
+    inner = MemoryObjectStorage()
+    storage = FaultyObjectStorage(inner)
+    await storage.upload_file("tiered/a", source)  # no fault: passes through
+    assert await inner.fetch("tiered/a") == b"segment bytes"
+
+    storage.set_fault("upload", Fault(failure_rate=1.0))
+    with pytest.raises(StorageBackendError, match="injected upload failure"):
+        await storage.upload_file("tiered/b", source)
+    assert [o.key for o in await inner.list()] == ["tiered/a"]
+    storage.set_fault("upload", Fault(failure_rate=1.0, after=True))
+    with pytest.raises(StorageBackendError):
+        await storage.upload_file("tiered/c", source)
+    assert [o.key for o in await inner.list()] == ["tiered/a", "tiered/c"]  # landed, answer lost
+    assert storage.injected["upload"] == 2
+
+    storage.set_fault("upload", Fault(latency_ms=60))
+    started = time.monotonic()
+    await storage.upload_file("tiered/d", source)
+    assert time.monotonic() - started >= 0.055
+    storage.clear()
+    with pytest.raises(FileNotFoundError):  # the inner backend's answer comes through unchanged
+        await storage.upload_file("tiered/e", tmp_path / "missing")
+
+
+async def test_upload_file_fault_by_control_file(tmp_path: Path) -> None:
+    control = tmp_path / "ctl.json"
+    source = tmp_path / "segment.log"
+    source.write_bytes(b"x")
+    storage = open_object_storage(f"faulty+file://{tmp_path / 'objects'}?control={control}")
+    write_control_file(control, {"upload": Fault(failure_rate=1.0)})
+    with pytest.raises(StorageBackendError):
+        await storage.upload_file("tiered/a", source)
+    assert not (tmp_path / "objects" / "tiered" / "a").exists()
+    control.unlink()
+    await storage.upload_file("tiered/a", source)
+    assert (tmp_path / "objects" / "tiered" / "a").read_bytes() == b"x"
+    await storage.close()
+
+
 async def test_fraction_is_deterministic_per_seed() -> None:
     inner = MemoryObjectStorage()
     await inner.upload("k", b"v")

@@ -1,5 +1,7 @@
 """The ObjectStorage backends (KIP-1163): one set of behaviours run against memory,
-local directory and S3 (a real moto server process), plus backend-specific checks."""
+local directory, S3 (a real moto server process) and the fault-injecting wrapper (with no
+fault set, over a local directory), plus backend-specific checks. ``upload_file`` has its
+own module, test_objects_upload_file.py."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pytest
 
 from shoal.objects import local as local_module
 from shoal.objects.factory import open_object_storage
+from shoal.objects.faulty import FaultyObjectStorage
 from shoal.objects.local import TEMP_PREFIX, LocalObjectStorage
 from shoal.objects.memory import MemoryObjectStorage
 from shoal.objects.s3 import S3ObjectStorage
@@ -61,7 +64,7 @@ def moto() -> Iterator[MotoS3Server]:
         yield server
 
 
-@pytest.fixture(params=["memory", "local", "s3"])
+@pytest.fixture(params=["memory", "local", "s3", "faulty"])
 async def storage(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ObjectStorage]:
     """Each backend, empty; S3 tests get a fresh prefix in the shared bucket."""
     backend: ObjectStorage
@@ -69,6 +72,8 @@ async def storage(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         backend = MemoryObjectStorage()
     elif request.param == "local":
         backend = LocalObjectStorage(tmp_path / "objects")
+    elif request.param == "faulty":
+        backend = FaultyObjectStorage(LocalObjectStorage(tmp_path / "objects"))
     else:
         server: MotoS3Server = request.getfixturevalue("moto")
         backend = s3_storage(server, f"test-{uuid.uuid4().hex}")
@@ -192,9 +197,13 @@ async def test_keys_with_slashes(storage: ObjectStorage) -> None:
 @pytest.mark.parametrize(
     "bad_key", ["", "/abs", "../escape", "a/../../b", "a//b", "a/", "./a", "a\\b", "a\nb"]
 )
-async def test_invalid_keys_are_rejected(storage: ObjectStorage, bad_key: str) -> None:
+async def test_invalid_keys_are_rejected(storage: ObjectStorage, bad_key: str, tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         await storage.upload(bad_key, b"x")
+    source = tmp_path / "source"
+    source.write_bytes(b"x")
+    with pytest.raises(ValueError):
+        await storage.upload_file(bad_key, source)
     with pytest.raises(ValueError):
         await storage.fetch(bad_key)
     with pytest.raises(ValueError):
@@ -209,13 +218,17 @@ async def test_concurrent_uploads(storage: ObjectStorage) -> None:
     assert fetched == [v[100:150] for v in payloads.values()]
 
 
-async def test_calls_after_close_fail(storage: ObjectStorage) -> None:
+async def test_calls_after_close_fail(storage: ObjectStorage, tmp_path: Path) -> None:
     await storage.upload("k", b"v")
+    source = tmp_path / "source"
+    source.write_bytes(b"v")
     await storage.close()
     with pytest.raises(StorageBackendError):
         await storage.fetch("k")
     with pytest.raises(StorageBackendError):
         await storage.upload("k2", b"v")
+    with pytest.raises(StorageBackendError):
+        await storage.upload_file("k3", source)
     with pytest.raises(StorageBackendError):
         await storage.list()
     with pytest.raises(StorageBackendError):
@@ -419,9 +432,14 @@ async def test_s3_large_object_uses_multipart_and_stays_whole(moto: MotoS3Server
     await storage.close()
 
 
-async def test_s3_missing_bucket_is_a_backend_error_not_a_missing_object(moto: MotoS3Server) -> None:
+async def test_s3_missing_bucket_is_a_backend_error_not_a_missing_object(
+    moto: MotoS3Server, tmp_path: Path
+) -> None:
     storage = s3_storage(moto, "", bucket=f"no-such-bucket-{uuid.uuid4().hex[:8]}")
-    for call in (storage.fetch("k"), storage.upload("k", b"v"), storage.list()):
+    source = tmp_path / "source"
+    source.write_bytes(os.urandom(6 * 1024 * 1024))  # a multipart upload: fails at its first request
+    calls = (storage.fetch("k"), storage.upload("k", b"v"), storage.upload_file("k", source), storage.list())
+    for call in calls:
         with pytest.raises(StorageBackendError) as info:
             await call
         assert not isinstance(info.value, ObjectNotFoundError)
@@ -448,6 +466,7 @@ async def test_s3_unreachable_server_surfaces_errors_quickly() -> None:
         try:
             await _expect_backend_error(storage.fetch("k"), within=15)
             await _expect_backend_error(storage.upload("k2", b"x"), within=15)
+            await _expect_backend_error(storage.upload_file("k2", __file__), within=15)
         finally:
             server.resume()
         assert await storage.fetch("k") == b"before"

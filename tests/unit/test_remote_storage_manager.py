@@ -242,21 +242,60 @@ def test_illegal_topic_names_are_refused() -> None:
             manager.log_key(md)
 
 
+class RecordingStorage(MemoryObjectStorage):
+    """Records which upload call each key went through, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, str]] = []
+
+    async def upload(self, key: str, data: bytes | memoryview) -> None:
+        self.calls.append(("upload", key.rsplit(".", 1)[1]))
+        await super().upload(key, data)
+
+    async def upload_file(self, key: str, path: str | os.PathLike[str]) -> None:
+        self.calls.append(("upload_file", key.rsplit(".", 1)[1]))
+        await super().upload_file(key, path)
+
+
+@pytest.mark.parametrize("optional", [True, False])
+async def test_copy_streams_files_and_uploads_the_log_last(tmp_path: Path, optional: bool) -> None:
+    """Files given by path go through upload_file (bounded memory); only the leader-epoch
+    checkpoint, which arrives as bytes, through upload; the log is last either way."""
+    storage = RecordingStorage()
+    await ObjectRemoteStorageManager(storage).copy_log_segment_data(
+        metadata(), segment_files(tmp_path, optional=optional)
+    )
+    expected = [("upload_file", "index"), ("upload_file", "timeindex")]
+    if optional:
+        expected += [("upload_file", "txnindex"), ("upload_file", "snapshot")]
+    expected += [("upload", "leader-epoch-checkpoint"), ("upload_file", "log")]
+    assert storage.calls == expected
+
+
 # -- failures ---------------------------------------------------------------------
 
 
 class FailNthUpload(FaultyObjectStorage):
-    """Fails the ``n``th upload (1-based) and no other; ``after``: the object lands anyway."""
+    """Fails the ``n``th upload (1-based; ``upload`` or ``upload_file``) and no other; ``after``:
+    the object lands anyway."""
 
     def __init__(self, inner: ObjectStorage, n: int, *, after: bool = False) -> None:
         super().__init__(inner)
         self.n, self.after, self.uploads = n, after, 0
 
-    async def upload(self, key: str, data: bytes | memoryview) -> None:
+    def _count(self) -> None:
         self.uploads += 1
         fault = Fault(failure_rate=1.0, after=self.after) if self.uploads == self.n else None
         self.set_fault("upload", fault)
+
+    async def upload(self, key: str, data: bytes | memoryview) -> None:
+        self._count()
         await super().upload(key, data)
+
+    async def upload_file(self, key: str, path: str | os.PathLike[str]) -> None:
+        self._count()
+        await super().upload_file(key, path)
 
 
 @pytest.mark.parametrize("after", [False, True], ids=["lost", "landed"])

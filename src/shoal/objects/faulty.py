@@ -5,7 +5,8 @@ accessible", with the focus on correctness. This wrapper makes any backend behav
 per operation (``upload``, ``fetch``, ``delete``, ``list``): a fraction of calls fail
 with ``StorageBackendError`` (as a real backend's I/O or HTTP error does), optionally
 after the real call ran ("the upload happened but its answer was lost", which is how
-orphans appear), and calls can be slowed down.
+orphans appear), and calls can be slowed down. ``upload_file`` is an ``upload`` here:
+the same faults pick it, so control files and counters need no new operation name.
 
 The decisions, the JSON control file and its format are ``shoal.faults``' (shared with
 the Batch Coordinator wrapper); for a broker running as a child process the control file
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TypeVar
@@ -63,6 +65,10 @@ class FaultyObjectStorage(FaultControlled):
     async def upload(self, key: str, data: bytes | memoryview) -> None:
         """Upload through the inner storage unless a fault picks this call."""
         await self._call("upload", key, lambda: self.inner.upload(key, data))
+
+    async def upload_file(self, key: str, path: str | os.PathLike[str]) -> None:
+        """Upload the file through the inner storage unless an ``upload`` fault picks this call."""
+        await self._call("upload", key, lambda: self.inner.upload_file(key, path))
 
     async def fetch(self, key: str, byte_range: ByteRange | None = None) -> bytes:
         """Fetch through the inner storage unless a fault picks this call."""

@@ -4,7 +4,8 @@ Keys map to files under ``root`` (``/`` in a key becomes a subdirectory). An
 upload is written to a temp file in the target directory, fsynced, renamed into
 place with ``os.replace`` and the directory fsynced, so an object is never seen
 half-written and survives a crash once ``upload`` returns. Temp files carry a
-reserved name prefix and are never listed or fetched.
+reserved name prefix and are never listed or fetched. ``upload_file`` does the
+same, copying the source into the temp file ``COPY_CHUNK`` bytes at a time.
 
 All blocking I/O runs in worker threads (``asyncio.to_thread``) so the event
 loop keeps serving other requests. A cancelled upload may still complete in
@@ -20,11 +21,13 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import io
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import BinaryIO
 
 from shoal.objects.storage import (
     ByteRange,
@@ -35,10 +38,13 @@ from shoal.objects.storage import (
     validate_key,
 )
 
-__all__ = ["TEMP_PREFIX", "LocalObjectStorage"]
+__all__ = ["COPY_CHUNK", "TEMP_PREFIX", "LocalObjectStorage"]
 
 TEMP_PREFIX = ".shoal-tmp-"
 """File names starting with this are in-progress uploads, never objects."""
+
+COPY_CHUNK = 1 << 20
+"""Bytes ``upload_file`` reads and writes at a time: its whole memory footprint per call."""
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -48,6 +54,14 @@ def _fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _copy_chunks(src: io.BufferedReader, dst: BinaryIO) -> None:
+    """Copy ``src`` to ``dst`` through one reused ``COPY_CHUNK`` buffer."""
+    buffer = bytearray(COPY_CHUNK)
+    view = memoryview(buffer)
+    while n := src.readinto(view):
+        dst.write(view[:n])
 
 
 class LocalObjectStorage:
@@ -84,9 +98,27 @@ class LocalObjectStorage:
         path = self._path(key)
         self._check_open()
         try:
-            await asyncio.to_thread(self._upload_sync, path, data)
+            await asyncio.to_thread(self._write_atomically, path, lambda f: f.write(data))
         except OSError as e:
             raise StorageBackendError(f"upload of {key} to {self._root} failed: {e}") from e
+
+    async def upload_file(self, key: str, path: str | os.PathLike[str]) -> None:
+        """Copy ``path`` in ``COPY_CHUNK`` pieces into a temp file, then as ``upload`` does.
+
+        Opening, copying and closing the source all happen in one worker thread, so a
+        cancelled call never closes a file that its thread is still reading.
+        """
+        target = self._path(key)
+        self._check_open()
+        await asyncio.to_thread(self._upload_file_sync, key, target, path)
+
+    def _upload_file_sync(self, key: str, target: Path, source: str | os.PathLike[str]) -> None:
+        """Open ``source`` (an OSError here is the caller's and propagates), then copy it."""
+        with open(source, "rb") as src:
+            try:
+                self._write_atomically(target, lambda dst: _copy_chunks(src, dst))
+            except OSError as e:
+                raise StorageBackendError(f"upload of {key} from {source} to {self._root} failed: {e}") from e
 
     def _make_dirs(self, directory: Path) -> builtins.list[Path]:
         """Create ``directory`` and missing parents; return the ones created, outermost first."""
@@ -107,13 +139,14 @@ class LocalObjectStorage:
                     raise
         return created
 
-    def _upload_sync(self, path: Path, data: bytes | memoryview) -> None:
+    def _write_atomically(self, path: Path, write: Callable[[BinaryIO], object]) -> None:
+        """Make ``path`` hold what ``write`` writes to a file object, or stay as it was."""
         directory = path.parent
         created = self._make_dirs(directory)
         fd, tmp_name = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=directory)
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(data)
+                write(f)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp_name, path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import os
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
@@ -46,6 +47,20 @@ class MemoryObjectStorage:
         validate_key(key)
         self._check_open()
         self._objects[key] = (bytes(data), datetime.now(UTC))
+
+    async def upload_file(self, key: str, path: str | os.PathLike[str]) -> None:
+        """Read the whole file: this backend holds every object in memory anyway.
+
+        The read blocks the event loop, like everything here: this backend is for tests.
+        """
+        validate_key(key)
+        self._check_open()
+        with open(path, "rb") as f:  # an OSError opening it is the caller's: propagates
+            try:
+                data = f.read()
+            except OSError as e:
+                raise StorageBackendError(f"upload of {key} from {path} failed: {e}") from e
+        self._objects[key] = (data, datetime.now(UTC))
 
     async def fetch(self, key: str, byte_range: ByteRange | None = None) -> bytes:
         """Return the object or the clipped range."""

@@ -10,6 +10,10 @@ module only adapts its semantics to ours:
 - timeouts and retries are bounded (defaults: connect 5 s, request 10 s,
   3 retries within 10 s) so a dead store surfaces as an error in seconds instead
   of object_store's default of retrying for 3 minutes;
+- ``upload_file`` hands obstore the path: Rust reads the file itself, off the event
+  loop and without the GIL, in 5 MiB multipart parts with at most
+  ``FILE_UPLOAD_CONCURRENCY`` in flight, so memory is bounded by those parts (a
+  file of 5 MiB or less goes as one PUT, read whole);
 - ranges are clipped like S3 does, and a range starting at or past the end
   yields ``b""`` instead of S3's 416 error, same as the other backends;
 - ``list`` prefixes are plain string prefixes: object_store matches whole path
@@ -20,8 +24,11 @@ module only adapts its semantics to ours:
 from __future__ import annotations
 
 import builtins
+import errno
+import os
 from collections.abc import Iterable
 from datetime import UTC, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import obstore
@@ -39,8 +46,13 @@ from shoal.objects.storage import (
 if TYPE_CHECKING:
     from obstore.store import ClientConfig, RetryConfig, S3Config
 
-__all__ = ["S3ObjectStorage"]
+__all__ = ["FILE_UPLOAD_CONCURRENCY", "S3ObjectStorage"]
 
+FILE_UPLOAD_CONCURRENCY = 4
+"""Parts of one ``upload_file`` in flight. Each costs ~10 MiB of native memory (measured peak RSS
+growth per upload, 200 and 600 MiB files against moto: ~40 MiB at 4, 80-100 MiB at obstore's
+default of 12), and they share the link, so fewer parts also keep each within the per-request
+timeout; four still overlap requests."""
 _DELETE_BATCH = 1000  # S3 DeleteObjects accepts at most 1000 keys per request
 _LIST_CHUNK = 1000
 
@@ -146,6 +158,29 @@ class S3ObjectStorage:
         store = self._open_store()
         try:
             await obstore.put_async(store, key, data)
+        except (ObstoreError, OSError, ValueError) as e:
+            raise self._error("upload", key, e, missing_is_object=False) from e
+
+    async def upload_file(self, key: str, path: str | os.PathLike[str]) -> None:
+        """PUT the file's content, multipart above 5 MiB; S3 makes it visible only once complete.
+
+        obstore opens and sizes the file when called, before any request, so an OSError
+        raised by the call itself is about the local file and propagates unchanged (a
+        directory opens fine there and fails only while read, hence the explicit check). A
+        failed multipart upload is aborted by obstore (a bucket lifecycle rule for incomplete
+        multipart uploads catches parts an abort could not remove).
+        """
+        validate_key(key)
+        store = self._open_store()
+        source = Path(path)
+        if source.is_dir():
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(source))
+        try:
+            pending = obstore.put_async(store, key, source, max_concurrency=FILE_UPLOAD_CONCURRENCY)
+        except (ObstoreError, ValueError) as e:
+            raise self._error("upload", key, e, missing_is_object=False) from e
+        try:
+            await pending
         except (ObstoreError, OSError, ValueError) as e:
             raise self._error("upload", key, e, missing_is_object=False) from e
 

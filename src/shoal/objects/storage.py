@@ -8,6 +8,7 @@ interface is kept exactly that small so any S3-like store can implement it.
 from __future__ import annotations
 
 import builtins
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -73,6 +74,12 @@ class ObjectStorage(Protocol):
       key is a caller bug and raises ``ValueError``;
     - ``upload`` makes the object visible atomically and only when complete, and
       it is durable when the call returns; uploading an existing key replaces it;
+    - ``upload_file`` is ``upload`` with the content read from a local file in
+      bounded chunks (a few MiB, never the whole file), for objects as large as
+      a 1 GiB log segment; the file is opened before anything is stored, and an
+      ``OSError`` opening it (``FileNotFoundError`` when it is missing) propagates
+      unchanged: it is the caller's error, not a store failure to retry. Once it
+      is open, every failure (reading it included) is a ``StorageBackendError``;
     - ``fetch`` returns the whole object or the range clipped to the object's
       end (a range starting at or past the end yields ``b""``); a missing object
       raises ``ObjectNotFoundError``;
@@ -84,6 +91,14 @@ class ObjectStorage(Protocol):
 
     async def upload(self, key: str, data: bytes | memoryview) -> None:
         """Store ``data`` under ``key``, atomically and durably."""
+        ...
+
+    async def upload_file(self, key: str, path: str | os.PathLike[str]) -> None:
+        """Store the content of the local file ``path`` under ``key`` like ``upload``, in bounded memory.
+
+        The file must not change meanwhile (a rolled segment does not): what is stored is
+        whatever the chunked reads saw.
+        """
         ...
 
     async def fetch(self, key: str, byte_range: ByteRange | None = None) -> bytes:

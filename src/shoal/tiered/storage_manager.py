@@ -23,7 +23,6 @@ log object means a complete segment, and nothing is still uploading when a faile
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import re
 import uuid
@@ -71,12 +70,12 @@ def kafka_uuid(value: uuid.UUID) -> str:
 class ObjectRemoteStorageManager:
     """A ``RemoteStorageManager`` keeping each segment file as one object of ``storage``.
 
-    Memory: ``ObjectStorage.upload`` takes the whole object as bytes (there is no streaming or
-    multipart call in the interface; the S3 backend does multipart by itself above 5 MiB), so a
-    copy reads each file whole into memory, off the event loop, and uploads them one at a time:
-    peak memory is about the largest file, the log (``segment.bytes``, 1 GiB by default), times
-    however many copies run at once. Fetches return bytes, so callers should ask for bounded
-    ranges. A streaming upload in ObjectStorage would remove the copy's cost.
+    Memory: the files ``LogSegmentData`` names by path (log, offset and time indexes, transaction
+    index, producer snapshot) go through ``ObjectStorage.upload_file``, which streams them in
+    bounded chunks (the local backend copies 1 MiB at a time; S3 sends 5 MiB multipart parts, a
+    few in flight), so a copy's memory no longer grows with ``segment.bytes`` (1 GiB by default);
+    only the in-memory test backend still reads a file whole. The leader-epoch index arrives as
+    bytes and is uploaded as such. Fetches return bytes, so callers should ask for bounded ranges.
     """
 
     def __init__(self, storage: ObjectStorage, prefix: str = "tiered") -> None:
@@ -138,8 +137,8 @@ class ObjectRemoteStorageManager:
         ]
         for index_type, source in files:
             if source is not None:
-                await self._upload_file(self.index_key(metadata, index_type), source)
-        await self._upload_file(self.log_key(metadata), data.log_segment)
+                await self._upload(self.index_key(metadata, index_type), source)
+        await self._upload(self.log_key(metadata), data.log_segment)
         return None
 
     async def fetch_log_segment(
@@ -174,17 +173,15 @@ class ObjectRemoteStorageManager:
 
     # ------------------------------------------------------------------ helpers
 
-    async def _upload_file(self, key: str, source: Path | bytes) -> None:
-        """Upload a local file (read whole in a worker thread) or in-memory content to ``key``."""
-        if isinstance(source, Path):
-            try:
-                content = await asyncio.to_thread(source.read_bytes)
-            except OSError as e:
-                raise RemoteStorageError(f"cannot read {source} to copy it to {key}: {e}") from e
-        else:
-            content = source
+    async def _upload(self, key: str, source: Path | bytes) -> None:
+        """Stream a local file (``upload_file``) or upload in-memory content to ``key``."""
         try:
-            await self._storage.upload(key, content)
+            if isinstance(source, Path):
+                await self._storage.upload_file(key, source)
+            else:
+                await self._storage.upload(key, source)
+        except OSError as e:  # upload_file could not open the local file: nothing was stored
+            raise RemoteStorageError(f"cannot read {source} to copy it to {key}: {e}") from e
         except StorageBackendError as e:
             raise RemoteStorageError(f"cannot upload {key}: {e}") from e
 
