@@ -29,6 +29,7 @@ import typer
 
 from shoal.cli.diskless_metadata import MetadataStoreReader, ToolError, format_time
 from shoal.cli.dump_remote import fetch_remote_segment, remote_label
+from shoal.cli.process_exit import exit_without_finalizing
 from shoal.cli.store_options import ConfigOpt, DataDirOpt, MetadataDirOpt, OverrideOpt, tool_config
 from shoal.coordinator.api import BatchInfo, ObjectDescription
 from shoal.protocol.errors import KafkaError
@@ -411,11 +412,6 @@ def dump_log(
         if store is not None:
             store.close()
     if remote_segment:
-        # Workaround: after reading S3 through obstore, the interpreter's own shutdown aborts now
-        # and then (SIGABRT in a native extension, no Python frame; ~1 run in 5 against moto), so
-        # a remote dump ends here, once its output is flushed, without that shutdown.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1 if out.failed else 0)
+        exit_without_finalizing(1 if out.failed else 0)  # it read object storage (process_exit)
     if out.failed:
         raise typer.Exit(1)

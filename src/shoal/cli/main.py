@@ -7,7 +7,7 @@ import logging
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 import uvloop
@@ -22,6 +22,7 @@ from shoal.cli.dump_log import dump_log
 from shoal.cli.groups import groups_app
 from shoal.cli.log_dirs import log_dirs_app
 from shoal.cli.pipeline import pipeline_app
+from shoal.cli.process_exit import exit_without_finalizing
 from shoal.cli.reassign import reassign_partitions
 from shoal.cli.topics import topics_app
 from shoal.config import Config, ConfigError
@@ -55,18 +56,23 @@ def _setup_logging() -> None:
     )
 
 
-def _run(raw: dict[str, str]) -> None:
+def _run(raw: dict[str, str]) -> NoReturn:
     _setup_logging()
     try:
         config = Config.from_raw(raw)
     except ConfigError as exc:
         typer.echo(f"Invalid configuration: {exc}", err=True)
         raise typer.Exit(2) from None
+    code = 0
     try:
         uvloop.run(_serve(config))
     except (StoreUnavailableError, DuplicateBrokerError) as exc:
         logging.getLogger("shoal.server.broker").error("%s", exc)
-        raise typer.Exit(1) from None
+        code = 1
+    except SystemExit as exc:  # a fatal error stopped the broker
+        code = exc.code if isinstance(exc.code, int) else 1
+    # The broker used obstore: end without the interpreter's shutdown (``process_exit``).
+    exit_without_finalizing(code)
 
 
 async def _serve(config: Config) -> None:
