@@ -125,6 +125,15 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             at_least(1),
         ),
         ConfigDef(
+            "transaction.state.log.num.partitions",
+            ConfigType.INT,
+            50,
+            "How many coordinator partitions transactional ids are spread over (Kafka's `__transaction_state` "
+            "partitions); the transaction state in the metadata store is filed by it. Every broker sharing a "
+            "metadata store must use the same value.",
+            at_least(1),
+        ),
+        ConfigDef(
             "num.partitions", ConfigType.INT, 1, "Default number of partitions of a new topic.", at_least(1)
         ),
         ConfigDef(

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from shoal.cluster.placement import group_partition, java_string_hash, kafka_abs
 from shoal.groups.coordinator import GroupCoordinator
 from shoal.groups.state import heartbeat_key, join_key
 from shoal.protocol.errors import ErrorCode as E
+from shoal.protocol.key_partitions import group_partition, java_string_hash, kafka_abs
 from shoal.store.sqlite.groups import SqliteGroupStore
 from tests.unit.test_groups_coordinator import (
     CONFIG,

@@ -2,8 +2,9 @@
 
 Given a broker ``Config`` it returns the metadata store (the cluster metadata log, whose
 ProducerIdsRecords are also the producer-id blocks, as in KRaft), the Batch Coordinator, the
-group and offset store and tiered storage's remote log metadata (``RemoteLogMetadataManager``,
-in the metadata store's database). The broker, every tool and the Spark pipeline open storage
+group and offset store, tiered storage's remote log metadata (``RemoteLogMetadataManager``) and
+the transaction coordinator's state (what Kafka keeps in ``__transaction_state``), the last two
+in the metadata store's database. The broker, every tool and the Spark pipeline open storage
 only here, so none of them names a backend. A store is named by a URL: ``sqlite:///<path>`` (the embedded
 default, ``<metadata.log.dir>/shoal.db``) or ``postgresql://user:password@host:port/db``;
 ``metadata.store.url`` names the metadata store and ``diskless.coordinator.url`` (default: the
@@ -30,15 +31,19 @@ from shoal.store.sqlite.coordinator import SqliteBatchCoordinator
 from shoal.store.sqlite.groups import SqliteGroupStore
 from shoal.store.sqlite.metadata_log import SqliteMetadataStore
 from shoal.store.sqlite.remote_log_metadata import SqliteRemoteLogMetadataManager
+from shoal.store.sqlite.transactions import SqliteTransactionStore
+from shoal.store.transactions import DEFAULT_TRANSACTION_STATE_PARTITIONS, TransactionStore
 from shoal.tiered.api import RemoteLogMetadataManager
 
 #: The embedded store's file name inside ``metadata.log.dir``.
 SQLITE_FILE = "shoal.db"
 #: The schema component of each seam in the embedded store (``schema_versions``).
 _METADATA, _COORDINATOR, _GROUPS = "metadata", "diskless_coordinator", "group_coordinator"
-_REMOTE_LOG_METADATA = "remote_log_metadata"
+_REMOTE_LOG_METADATA, _TRANSACTIONS = "remote_log_metadata", "transaction_coordinator"
 #: Every component ``open_stores`` opens (and would otherwise create).
-_ALL_COMPONENTS = (_METADATA, _COORDINATOR, _GROUPS, _REMOTE_LOG_METADATA)
+_ALL_COMPONENTS = (_METADATA, _COORDINATOR, _GROUPS, _REMOTE_LOG_METADATA, _TRANSACTIONS)
+#: How many ``__transaction_state`` partitions transactional ids are filed under (Kafka's name).
+TRANSACTION_STATE_PARTITIONS = "transaction.state.log.num.partitions"
 
 
 class StoreNotFoundError(Exception):
@@ -57,10 +62,12 @@ class Stores:
     coordinator: BatchCoordinator
     groups: GroupStore
     remote_log_metadata: RemoteLogMetadataManager
+    transactions: TransactionStore
     location: str
 
     def close(self) -> None:
-        for store in (self.remote_log_metadata, self.groups, self.coordinator, self.metadata):
+        seams = (self.transactions, self.remote_log_metadata, self.groups, self.coordinator, self.metadata)
+        for store in seams:
             with contextlib.suppress(Exception):
                 store.close()
 
@@ -179,6 +186,16 @@ def open_remote_log_metadata_manager_at(url: str) -> RemoteLogMetadataManager:
     return SqliteRemoteLogMetadataManager(_sqlite_file(url))
 
 
+def open_transaction_store_at(
+    url: str, *, partitions: int = DEFAULT_TRANSACTION_STATE_PARTITIONS
+) -> TransactionStore:
+    if is_postgres_url(url):
+        from shoal.store.postgres.transactions import PostgresTransactionStore
+
+        return PostgresTransactionStore(url, partitions=partitions)
+    return SqliteTransactionStore(_sqlite_file(url), partitions=partitions)
+
+
 # -- opening the seams of a configuration ---------------------------------------------------------
 
 
@@ -215,6 +232,19 @@ def open_remote_log_metadata_manager(config: Config, *, must_exist: bool = False
     return open_remote_log_metadata_manager_at(metadata_store_url(config))
 
 
+def transaction_state_partitions(config: Config) -> int:
+    """``transaction.state.log.num.partitions`` (a broker config, at least 1, Kafka's default 50)."""
+    return int(config[TRANSACTION_STATE_PARTITIONS])
+
+
+def open_transaction_store(config: Config, *, must_exist: bool = False) -> TransactionStore:
+    """The transaction coordinator's state, in the metadata store's database."""
+    if must_exist:
+        check_exists(config, (_TRANSACTIONS,))
+    partitions = transaction_state_partitions(config)
+    return open_transaction_store_at(metadata_store_url(config), partitions=partitions)
+
+
 def open_stores(config: Config, *, must_exist: bool = False) -> Stores:
     """Every seam at once (blocking: the broker calls it from a worker thread)."""
     if must_exist:
@@ -234,11 +264,14 @@ def _open_stores(config: Config) -> Stores:
         groups = open_group_store(config)
         opened.callback(groups.close)
         remote_log_metadata = open_remote_log_metadata_manager(config)
+        opened.callback(remote_log_metadata.close)
+        transactions = open_transaction_store(config)
         opened.pop_all()
     return Stores(
         metadata=metadata,
         coordinator=coordinator,
         groups=groups,
         remote_log_metadata=remote_log_metadata,
+        transactions=transactions,
         location=store_location(config),
     )
