@@ -28,7 +28,8 @@ follower appends), ``log_roll`` (new segments), ``log_read`` (Fetch reads),
 ``log_list_offsets`` (offsets by timestamp), ``log_flush`` (fsync and the recovery point),
 ``log_retention`` (retention, DeleteRecords, producer-id expiry), ``log_truncation``
 (follower truncation) and ``log_lifecycle`` (close, offline, dir renames, taking over a future
-replica). The results are in ``log_results``. This module builds the log: ``create`` and
+replica) and ``log_txn`` (last stable offset, aborted transactions, READ_COMMITTED reads). The
+results are in ``log_results``. This module builds the log: ``create`` and
 ``open`` (loading and recovery, through ``recovery.load_segments``).
 """
 
@@ -56,8 +57,9 @@ from shoal.classic.log_read import ReadMixin
 from shoal.classic.log_retention import RetentionMixin
 from shoal.classic.log_roll import RollMixin
 from shoal.classic.log_rolled import RolledSegmentsMixin
-from shoal.classic.log_state import headers_from
 from shoal.classic.log_truncation import TruncationMixin
+from shoal.classic.log_txn import TxnMixin
+from shoal.classic.producer_replay import replay_producer_state
 from shoal.classic.producer_state import ProducerStateManager
 from shoal.classic.recovery import load_segments
 from shoal.protocol.errors import ErrorCode, KafkaError
@@ -72,6 +74,7 @@ def _wall_clock_ms() -> int:
 class PartitionLog(
     AppendMixin,
     RollMixin,
+    TxnMixin,
     ReadMixin,
     ListOffsetsMixin,
     LifecycleMixin,
@@ -175,22 +178,26 @@ class PartitionLog(
             try:
                 leo = segments[-1].next_offset
                 log_start = min(max(log_start_offset, segments[0].base_offset), leo)
-                if loaded.recovered:
-                    for seg in loaded.recovered:
+                live = {id(s) for s in segments}
+                recovered = [s for s in loaded.recovered if id(s) in live]
+                producers = ProducerStateManager(directory, name, config.producer_id_expiration_ms)
+                # A recovered segment's .txnindex is rebuilt by the replay, which must then start
+                # at or below it (Kafka's recoverSegment rebuilds the producer state up to it).
+                first_recovered = min((s.base_offset for s in recovered), default=None)
+                replay_from = producers.load(log_start, leo, now, upto=first_recovered)
+                if replay_from < leo:
+                    replay_producer_state(producers, segments, replay_from, rebuild=recovered)
+                    producers.update_map_end_offset(leo)
+                    producers.take_snapshot(sync=True)
+                producers.update_map_end_offset(leo)
+                if recovered:
+                    for seg in recovered:
                         seg.flush()
                     fsync_dir(directory)
                     epochs.flush()
                 epochs.truncate_from_end(leo)
                 if epochs.entries and epochs.entries[0][1] < log_start:
                     epochs.truncate_from_start(log_start)
-                producers = ProducerStateManager(directory, name, config.producer_id_expiration_ms)
-                replay_from = producers.load(log_start, leo, now)
-                if replay_from < leo:
-                    for h in headers_from(segments, replay_from):
-                        producers.replay_batch(h)
-                    producers.update_map_end_offset(leo)
-                    producers.take_snapshot(sync=True)
-                producers.update_map_end_offset(leo)
             except BaseException:
                 for seg in segments:
                     seg.close_handles()

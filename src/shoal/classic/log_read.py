@@ -41,7 +41,10 @@ class ReadMixin(LogState):
             self._check_usable()
             return self._read_locked(offset, max_bytes, min_one_batch, committed_only)
 
-    def _read_locked(self, offset: int, max_bytes: int, min_one: bool, committed_only: bool) -> ReadResult:
+    def _read_locked(
+        self, offset: int, max_bytes: int, min_one: bool, committed_only: bool, max_offset: int | None = None
+    ) -> ReadResult:
+        """The read itself; ``max_offset`` bounds it below the high watermark (READ_COMMITTED: the LSO)."""
         leo, hw, start = self._next_offset, self._hw, self._log_start
         if offset < start or offset > leo:
             raise KafkaError(
@@ -50,6 +53,8 @@ class ReadMixin(LogState):
                 f"segments in the range {start} to {leo}.",
             )
         upper = hw if committed_only else leo
+        if max_offset is not None:
+            upper = min(upper, max_offset)
         if offset >= upper:
             return ReadResult(b"", hw, start)
         parts: list[bytes | memoryview] = []

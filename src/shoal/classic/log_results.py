@@ -1,12 +1,12 @@
-"""What ``PartitionLog`` answers: appends (``AppendResult``), reads (``ReadResult``) and
-ListOffsets lookups (``TimestampAndOffset``)."""
+"""What ``PartitionLog`` answers: appends (``AppendResult``), reads (``ReadResult``, and
+``CommittedReadResult`` for READ_COMMITTED) and ListOffsets lookups (``TimestampAndOffset``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import NamedTuple
 
-__all__ = ["AppendResult", "ReadResult", "TimestampAndOffset"]
+__all__ = ["AppendResult", "CommittedReadResult", "ReadResult", "TimestampAndOffset"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +30,18 @@ class ReadResult(NamedTuple):
     records: bytes | memoryview
     high_watermark: int
     log_start_offset: int
+
+
+class CommittedReadResult(NamedTuple):
+    """A READ_COMMITTED read: batches below the last stable offset, and the aborted transactions
+    (producer id, first offset) overlapping them, which the consumer drops (Fetch's
+    ``AbortedTransactions``)."""
+
+    records: bytes | memoryview
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    aborted_transactions: list[tuple[int, int]]
 
 
 @dataclass(frozen=True, slots=True)

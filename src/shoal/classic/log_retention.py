@@ -1,8 +1,8 @@
 """Deleting from the start of a ``PartitionLog``: retention (``retention.ms``, ``retention.bytes``),
 DeleteRecords (moving the log start offset up), and producer-id expiry.
 
-Only whole segments go, never the active one; the log start offset may sit inside the first
-segment. Segments leave the list under the state lock, and their files are deleted after it:
+Only whole segments go, never the active one, each with its ``.index``, ``.timeindex`` and
+``.txnindex``; the log start offset may sit inside the first segment. Segments leave the list under the state lock, and their files are deleted after it:
 renamed ``.deleted`` at once and unlinked ``file.delete.delay.ms`` later, as Kafka does. Time and
 size retention apply only when ``cleanup.policy`` includes ``delete``; segments below the log
 start offset always go.
@@ -32,6 +32,7 @@ class RetentionMixin(LogState):
         for segment in doomed:
             self._producers.remove_snapshot(segment.base_offset)
         self._producers.delete_snapshots_before(keep[0].base_offset)
+        self._producers.on_log_start_offset_incremented(self._log_start)
 
     def delete_records(self, offset: int) -> int:
         """DeleteRecords: move the log start to ``offset`` (-1: the high watermark) and delete the
@@ -50,6 +51,7 @@ class RetentionMixin(LogState):
                     self._log_start = target
                     if self._epochs.entries and self._epochs.entries[0][1] < target:
                         self._epochs.truncate_from_start(target)
+                    self._producers.on_log_start_offset_incremented(target)
                 doomed = self._start_offset_breached()
                 if doomed:
                     self._delete_segments(doomed)

@@ -1,9 +1,11 @@
 """What tiered storage copies: a ``PartitionLog``'s rolled segments with their files (KIP-405).
 
-A segment can be copied once it is no longer the active one and lies wholly below the high
-watermark (Kafka copies up to the last stable offset; without transactions that is the high
-watermark). Its producer snapshot is the one taken at the next segment's base offset, and its
-leader epochs are the slice of the leader-epoch cache that covers it.
+A segment can be copied once it is no longer the active one and lies wholly below the last
+stable offset (Kafka's RemoteLogManager copies up to ``lastStableOffset``: a segment holding
+part of an undecided transaction waits, so the transaction index copied with it is final; without
+transactions the LSO is the high watermark). Its producer snapshot is the one taken at the next
+segment's base offset, its leader epochs are the slice of the leader-epoch cache that covers it,
+and its ``.txnindex`` goes along when it has entries (``LogSegmentData.transaction_index``).
 """
 
 from __future__ import annotations
@@ -28,20 +30,23 @@ class RolledSegment:
     producer_snapshot: Path | None
     #: (leader epoch, first offset) entries of the leader-epoch cache that cover the segment.
     leader_epochs: tuple[tuple[int, int], ...]
+    #: The segment's ``.txnindex``; None when it has no aborted transaction (no file, or empty).
+    txn_index_path: Path | None = None
 
 
 class RolledSegmentsMixin(LogState):
     """``PartitionLog``'s view of its rolled segments."""
 
     def rolled_segments(self, after: int = -1) -> list[RolledSegment]:
-        """Rolled segments wholly below the high watermark that end after offset ``after``."""
+        """Rolled segments wholly below the last stable offset that end after offset ``after``."""
         with self._guard("listing segments of"), self._lock:
             self._check_usable()
             segs = self._segments
+            bound = self._last_stable_locked()
             found = []
             for i, s in enumerate(segs[:-1]):
                 end = segs[i + 1].base_offset - 1
-                if end <= after or segs[i + 1].base_offset > self._hw or s.size == 0:
+                if end <= after or segs[i + 1].base_offset > bound or s.size == 0:
                     continue
                 snapshot = self._producers.snapshot_path(segs[i + 1].base_offset)
                 epochs = tuple(
@@ -51,5 +56,6 @@ class RolledSegmentsMixin(LogState):
                 found.append(RolledSegment(
                     s.base_offset, end, s.size, s.largest_timestamp, s.log_path, s.offset_index.path,
                     s.time_index.path, snapshot if snapshot.exists() else None, epochs,
+                    s.txn_index.path if s.txn_index.size > 0 else None,
                 ))
             return found

@@ -19,7 +19,7 @@ from shoal.classic.producer_state import ProducerStateManager
 from shoal.classic.segment import LogSegment
 from shoal.records.batch import BatchHeader
 
-__all__ = ["LogState", "headers_from", "random_segment_jitter"]
+__all__ = ["LogState", "batches_from", "headers_from", "random_segment_jitter"]
 
 
 class LogState:
@@ -68,6 +68,7 @@ class LogState:
             else min(max(high_watermark, log_start_offset), self._next_offset)
         )
         self._producers = producers
+        producers.on_high_watermark_updated(self._hw)
         self._epochs = epochs
         self._unsynced: list[Path] = []
         self._roll_flush_offset = 0
@@ -160,7 +161,23 @@ class LogState:
     def set_high_watermark(self, offset: int) -> None:
         """Move the high watermark (replication); clamped to [log start, log end]."""
         with self._lock:
-            self._hw = min(max(offset, self._log_start), self._next_offset)
+            self._set_hw_locked(min(max(offset, self._log_start), self._next_offset))
+
+    def _set_hw_locked(self, offset: int) -> None:
+        """The high watermark moved: transactions whose marker it passed are stable now (Kafka's
+        ``onHighWatermarkUpdated``)."""
+        self._hw = offset
+        self._producers.on_high_watermark_updated(offset)
+
+    def _first_unstable_locked(self) -> int | None:
+        """Kafka's ``firstUnstableOffsetMetadata``, never below the log start (see ``log_txn``)."""
+        first = self._producers.first_unstable_offset(self._hw)
+        return None if first is None else max(first, self._log_start)
+
+    def _last_stable_locked(self) -> int:
+        """Kafka's ``lastStableOffset``: the first unstable offset when below the high watermark."""
+        first = self._first_unstable_locked()
+        return first if first is not None and first < self._hw else self._hw
 
     def update_config(self, config: LogConfig) -> None:
         """Take new topic configs (AlterConfigs); they apply from the next append or task run."""
@@ -242,8 +259,8 @@ def random_segment_jitter(config: LogConfig) -> int:
     return random.randrange(bound) if bound > 0 else 0
 
 
-def headers_from(segments: list[LogSegment], offset: int) -> Iterator[BatchHeader]:
-    """Headers of every batch holding offsets >= ``offset`` (producer-state replay)."""
+def batches_from(segments: list[LogSegment], offset: int) -> Iterator[tuple[LogSegment, int, BatchHeader]]:
+    """``(segment, position, header)`` of every batch holding offsets >= ``offset`` (producer-state replay)."""
     for segment in segments:
         if segment.next_offset <= offset:
             continue
@@ -253,5 +270,11 @@ def headers_from(segments: list[LogSegment], offset: int) -> Iterator[BatchHeade
             if found is None:
                 continue
             position = found[0]
-        for _, h in segment.batches(position):
-            yield h
+        for pos, h in segment.batches(position):
+            yield segment, pos, h
+
+
+def headers_from(segments: list[LogSegment], offset: int) -> Iterator[BatchHeader]:
+    """Headers of every batch holding offsets >= ``offset``."""
+    for _, _, h in batches_from(segments, offset):
+        yield h

@@ -1,10 +1,12 @@
 """Truncating a ``PartitionLog`` at its end (a follower diverged from its leader), or emptying it
-to restart at an offset; leader epochs and producer state are cut back to match.
+to restart at an offset; leader epochs, producer state (with the ongoing transactions) and the
+segments' aborted-transaction indexes are cut back to match.
 """
 
 from __future__ import annotations
 
-from shoal.classic.log_state import LogState, headers_from
+from shoal.classic.log_state import LogState
+from shoal.classic.producer_replay import replay_producer_state
 from shoal.classic.segment import LogSegment
 
 __all__ = ["TruncationMixin"]
@@ -58,7 +60,9 @@ class TruncationMixin(LogState):
             self._epochs.truncate_from_start(offset)
             self._epochs.flush()
             producers = -1 if producer_snapshot is None else self._producers.restore(offset, producer_snapshot)
-            self._after_truncation()
+            # The restored state is the state at the (empty) log's end: reloading would drop the
+            # snapshot, which sits at the log start, with its producers and ongoing transactions.
+            self._after_truncation(reload_producers=producer_snapshot is None)
             return producers
 
     def _reset_at(self, offset: int) -> None:
@@ -84,14 +88,14 @@ class TruncationMixin(LogState):
         self._epochs.clear_and_flush()
         self._dir_dirty = True
 
-    def _after_truncation(self) -> None:
+    def _after_truncation(self, *, reload_producers: bool = True) -> None:
         leo = self._next_offset
-        self._hw = min(self._hw, leo)
         self._recovery_point = min(self._recovery_point, leo)
         self._roll_flush_offset = min(self._roll_flush_offset, leo)
         self._epochs.truncate_from_end(leo)
-        replay_from = self._producers.load(self._log_start, leo, self._clock())
-        if replay_from < leo:
-            for h in headers_from(self._segments, replay_from):
-                self._producers.replay_batch(h)
+        if reload_producers:
+            replay_from = self._producers.load(self._log_start, leo, self._clock())
+            if replay_from < leo:
+                replay_producer_state(self._producers, self._segments, replay_from)
         self._producers.update_map_end_offset(leo)
+        self._set_hw_locked(min(max(self._hw, self._log_start), leo))  # Kafka: never outside [start, end]

@@ -1,14 +1,21 @@
-"""Idempotent-producer state of one partition (Kafka's ProducerStateManager) and its snapshots.
+"""Idempotent and transactional producer state of one partition (Kafka's ProducerStateManager)
+and its snapshots.
 
-Per producer id the log keeps the epoch and the metadata of its last 5 batches (sequence range,
-offsets, timestamp). A client append is checked the way Kafka's ``ProducerAppendInfo`` does:
+Per producer id the log keeps a ``ProducerStateEntry`` (``producer_entry``); appends are checked
+the way Kafka's ``ProducerAppendInfo`` does (``producer_append``):
 
 - a batch whose epoch and first/last sequence match a cached batch is a duplicate: the append
   answers the original offsets and writes nothing;
 - an epoch below the last seen one: INVALID_PRODUCER_EPOCH;
 - a new epoch must start at sequence 0, the same epoch must continue at last sequence + 1
   (wrapping from 2**31-1 to 0): otherwise OUT_OF_ORDER_SEQUENCE_NUMBER. A producer the partition
-  does not know yet (or no longer: expired, deleted) may start at any sequence.
+  does not know yet (or no longer: expired, deleted) may start at any sequence;
+- transactions: see ``producer_append``.
+
+The manager also keeps Kafka's ``ongoingTxns`` (the transactions without a marker yet, by first
+offset) and ``unreplicatedTxns`` (completed ones whose marker is not below the high watermark
+yet): the smallest first offset of either is the first unstable offset, which bounds the last
+stable offset. Both are rebuilt from a snapshot (``current_txn_first_offset``) plus a replay.
 
 Snapshots are Kafka's ``<offset>.snapshot`` files, version 1, so Kafka reads ours and we read
 Kafka's: int16 version, uint32 CRC32C of everything after it, int32 count, then per producer
@@ -24,17 +31,26 @@ import contextlib
 import logging
 import os
 import struct
-from collections import deque
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from bisect import bisect_left, insort
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from crc32c import crc32c
 
 from shoal.classic.checkpoint import atomic_write
+from shoal.classic.producer_append import (
+    TV_UNKNOWN,
+    AppendOrigin,
+    CompletedTxn,
+    ProducerAppend,
+    ProducerAppendInfo,
+    TxnStarted,
+)
+from shoal.classic.producer_entry import NUM_BATCHES_TO_RETAIN, BatchMetadata, ProducerStateEntry
 from shoal.classic.segment import SNAPSHOT_SUFFIX, file_name
-from shoal.protocol.errors import ErrorCode, KafkaError
-from shoal.records.batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
+from shoal.protocol.errors import KafkaError
+from shoal.records.batch import BatchHeader
+from shoal.records.control import EndTxnMarker
 
 __all__ = [
     "NUM_BATCHES_TO_RETAIN",
@@ -48,98 +64,20 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-NUM_BATCHES_TO_RETAIN = 5
 _SNAPSHOT_VERSION = 1
 _HEADER = struct.Struct(">hI")  # version, crc
 _COUNT = struct.Struct(">i")
 _ENTRY = struct.Struct(">qhiqiqiq")
 _ENTRIES_OFFSET = _HEADER.size
-_INT32_MAX = 2**31 - 1
+
+#: One batch to check: header, assigned base offset, effective max timestamp, its marker (control batches).
+PendingBatch = tuple[BatchHeader, int, int, EndTxnMarker | None]
+#: Called for each transaction an ABORT completes, with the last stable offset after it.
+OnAborted = Callable[[CompletedTxn, int], None]
 
 
 class CorruptSnapshotError(ValueError):
     """A snapshot that fails its version, CRC or layout checks: it is deleted and an older one used."""
-
-
-def _decrement_sequence(sequence: int, decrement: int) -> int:
-    if sequence < decrement:
-        return _INT32_MAX - (decrement - sequence) + 1
-    return sequence - decrement
-
-
-def _in_sequence(last_seq: int, next_seq: int) -> bool:
-    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == _INT32_MAX)
-
-
-@dataclass(slots=True)
-class BatchMetadata:
-    """One appended batch of a producer: what a duplicate retry is answered with."""
-
-    last_seq: int
-    last_offset: int
-    offset_delta: int
-    timestamp: int
-
-    @property
-    def first_seq(self) -> int:
-        return _decrement_sequence(self.last_seq, self.offset_delta)
-
-    @property
-    def first_offset(self) -> int:
-        return self.last_offset - self.offset_delta
-
-
-@dataclass(slots=True)
-class ProducerStateEntry:
-    """Kafka's ProducerStateEntry: epoch plus the last batches of one producer id."""
-
-    producer_id: int
-    producer_epoch: int = NO_PRODUCER_EPOCH
-    coordinator_epoch: int = -1
-    last_timestamp: int = -1
-    current_txn_first_offset: int = -1
-    batches: deque[BatchMetadata] = field(default_factory=deque)
-
-    @property
-    def last_seq(self) -> int:
-        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
-
-    @property
-    def last_data_offset(self) -> int:
-        return self.batches[-1].last_offset if self.batches else -1
-
-    @property
-    def last_offset_delta(self) -> int:
-        return self.batches[-1].offset_delta if self.batches else 0
-
-    def copy(self) -> ProducerStateEntry:
-        return ProducerStateEntry(
-            self.producer_id,
-            self.producer_epoch,
-            self.coordinator_epoch,
-            self.last_timestamp,
-            self.current_txn_first_offset,
-            deque(self.batches),
-        )
-
-    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
-        if epoch != self.producer_epoch:
-            return None
-        for b in self.batches:
-            if b.first_seq == first_seq and b.last_seq == last_seq:
-                return b
-        return None
-
-    def add_batch(
-        self, epoch: int, last_seq: int, last_offset: int, offset_delta: int, timestamp: int
-    ) -> None:
-        if epoch != self.producer_epoch:
-            self.batches.clear()
-            self.producer_epoch = epoch
-        self.batches.append(BatchMetadata(last_seq, last_offset, offset_delta, timestamp))
-        while len(self.batches) > NUM_BATCHES_TO_RETAIN:
-            self.batches.popleft()
-        self.last_timestamp = timestamp
 
 
 def write_snapshot(path: Path, entries: Iterable[ProducerStateEntry], *, sync: bool) -> None:
@@ -189,7 +127,8 @@ def read_snapshot(path: Path) -> list[ProducerStateEntry]:
 
 
 class ProducerStateManager:
-    """Producer ids -> state for one partition, plus the snapshot files in the partition dir.
+    """Producer ids -> state for one partition, its ongoing transactions, and the snapshot files in
+    the partition dir.
 
     Not thread-safe: the owning ``PartitionLog`` calls it under its lock.
     """
@@ -203,6 +142,12 @@ class ProducerStateManager:
         self.map_end_offset = 0
         self.last_snap_offset = 0
         self._snapshots: list[int] = []
+        #: Kafka's ongoingTxns: first offset -> producer id, and the first offsets in order.
+        self._ongoing: dict[int, int] = {}
+        self._ongoing_offsets: list[int] = []
+        #: Kafka's unreplicatedTxns: first offset -> (producer id, marker offset), and the first offsets in order.
+        self._unreplicated: dict[int, tuple[int, int]] = {}
+        self._unreplicated_offsets: list[int] = []
         self.rescan_snapshots()
 
     # ---------------------------------------------------------------- snapshot files
@@ -258,8 +203,9 @@ class ProducerStateManager:
 
     # ---------------------------------------------------------------- loading
 
-    def load(self, log_start_offset: int, log_end_offset: int, now_ms: int) -> int:
-        """Kafka's ``truncateAndReload``: drop snapshots out of range, load the latest good one.
+    def load(self, log_start_offset: int, log_end_offset: int, now_ms: int, *, upto: int | None = None) -> int:
+        """Kafka's ``truncateAndReload``: drop snapshots out of range, load the latest good one (at
+        or below ``upto`` when given: recovery replays from a recovered segment's base).
 
         Returns the offset from which the log must be replayed to reach ``log_end_offset``.
         """
@@ -267,8 +213,13 @@ class ProducerStateManager:
             if snap > log_end_offset or snap <= log_start_offset:
                 self._remove_snapshot(snap)
         self.producers.clear()
-        while self._snapshots:
-            snap = self._snapshots[-1]
+        self._clear_txns()
+        limit = log_end_offset if upto is None else upto
+        while True:
+            usable = [s for s in self._snapshots if s <= limit]
+            if not usable:
+                break
+            snap = usable[-1]
             try:
                 entries = read_snapshot(self.snapshot_path(snap))
             except (CorruptSnapshotError, FileNotFoundError) as e:
@@ -277,11 +228,17 @@ class ProducerStateManager:
                 continue
             for entry in entries:
                 if not self._is_expired(now_ms, entry):
-                    self.producers[entry.producer_id] = entry
+                    self._load_entry(entry)
             self.map_end_offset = self.last_snap_offset = snap
             return snap
         self.map_end_offset = self.last_snap_offset = log_start_offset
         return log_start_offset
+
+    def _load_entry(self, entry: ProducerStateEntry) -> None:
+        """Kafka's ``loadProducerEntry``: the entry, and its ongoing transaction."""
+        self.producers[entry.producer_id] = entry
+        if entry.has_ongoing_txn:
+            self._add_ongoing(entry.current_txn_first_offset, entry.producer_id)
 
     def restore(self, offset: int, snapshot: bytes) -> int:
         """A log emptied to start at ``offset`` takes the producer state of the snapshot taken at
@@ -295,7 +252,10 @@ class ProducerStateManager:
         except CorruptSnapshotError:
             path.unlink(missing_ok=True)
             raise
-        self.producers = {e.producer_id: e for e in entries}
+        self.producers = {}
+        self._clear_txns()
+        for entry in entries:
+            self._load_entry(entry)
         if offset not in self._snapshots:
             self._snapshots.append(offset)
             self._snapshots.sort()
@@ -305,111 +265,160 @@ class ProducerStateManager:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Forget everything (the log was emptied) and drop all snapshots."""
         self.producers.clear()
+        self._clear_txns()
         for snap in list(self._snapshots):
             self._remove_snapshot(snap)
         self.last_snap_offset = 0
         self.map_end_offset = offset
 
+    # ---------------------------------------------------------------- transactions
+
+    def _clear_txns(self) -> None:
+        self._ongoing.clear()
+        self._ongoing_offsets.clear()
+        self._unreplicated.clear()
+        self._unreplicated_offsets.clear()
+
+    def _add_ongoing(self, first_offset: int, producer_id: int) -> None:
+        if first_offset not in self._ongoing:
+            insort(self._ongoing_offsets, first_offset)
+        self._ongoing[first_offset] = producer_id
+
+    def complete_txn(self, txn: CompletedTxn) -> None:
+        """Kafka's ``completeTxn``: the transaction is decided; it stays unstable until its marker
+        is below the high watermark."""
+        if self._ongoing.pop(txn.first_offset, None) is not None:
+            del self._ongoing_offsets[bisect_left(self._ongoing_offsets, txn.first_offset)]
+        else:
+            _log.warning("%s: completed transaction %s was not ongoing", self.topic_partition, txn)
+        if txn.first_offset not in self._unreplicated:
+            insort(self._unreplicated_offsets, txn.first_offset)
+        self._unreplicated[txn.first_offset] = (txn.producer_id, txn.last_offset)
+
+    def last_stable_offset(self, txn: CompletedTxn) -> int:
+        """The LSO once ``txn`` completes: the first ongoing transaction of another producer, or
+        just past the marker (Kafka's ``lastStableOffset(completedTxn)``)."""
+        for first in self._ongoing_offsets:
+            if self._ongoing[first] != txn.producer_id:
+                return first
+        return txn.last_offset + 1
+
+    def first_unstable_offset(self, high_watermark: int | None = None) -> int | None:
+        """Kafka's ``firstUnstableOffset``: the smallest first offset of the transactions undecided
+        or decided by a marker not yet below ``high_watermark``; None when there is none."""
+        found = self._ongoing_offsets[0] if self._ongoing_offsets else None
+        for first in self._unreplicated_offsets:
+            if found is not None and first >= found:
+                break
+            if high_watermark is None or self._unreplicated[first][1] >= high_watermark:
+                found = first
+                break
+        return found
+
+    def first_undecided_offset(self) -> int | None:
+        """The first offset of the oldest transaction without a marker (Kafka's ``firstUndecidedOffset``)."""
+        return self._ongoing_offsets[0] if self._ongoing_offsets else None
+
+    @property
+    def ongoing_transactions(self) -> list[tuple[int, int]]:
+        """``(first offset, producer id)`` of the transactions without a marker, by first offset."""
+        return [(first, self._ongoing[first]) for first in self._ongoing_offsets]
+
+    def _remove_unreplicated_below(self, offset: int) -> None:
+        if not self._unreplicated:
+            return
+        gone = [first for first, (_, last) in self._unreplicated.items() if last < offset]
+        for first in gone:
+            del self._unreplicated[first]
+        if gone:
+            self._unreplicated_offsets = sorted(self._unreplicated)
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """Transactions whose marker is now below the high watermark are stable."""
+        self._remove_unreplicated_below(high_watermark)
+
+    def on_log_start_offset_incremented(self, log_start_offset: int) -> None:
+        """Transactions whose marker went with the deleted records are gone (Kafka does the same)."""
+        self._remove_unreplicated_below(log_start_offset)
+
     # ---------------------------------------------------------------- updates
 
     def _is_expired(self, now_ms: int, entry: ProducerStateEntry) -> bool:
-        return entry.current_txn_first_offset < 0 and now_ms - entry.last_timestamp >= self.expiration_ms
+        return not entry.has_ongoing_txn and now_ms - entry.last_timestamp >= self.expiration_ms
 
     def remove_expired(self, now_ms: int) -> int:
-        """Forget producers idle for ``producer.id.expiration.ms``; return how many."""
+        """Forget producers idle for ``producer.id.expiration.ms`` (never one inside a transaction)."""
         expired = [pid for pid, e in self.producers.items() if self._is_expired(now_ms, e)]
         for pid in expired:
             del self.producers[pid]
         return len(expired)
 
-    def check_client_append(
-        self, batches: Iterable[tuple[BatchHeader, int, int]]
-    ) -> tuple[BatchMetadata | None, dict[int, ProducerStateEntry]]:
-        """Validate a client append: ``(header, assigned base offset, effective max timestamp)`` per batch.
+    def prepare_append(
+        self,
+        batches: Iterable[PendingBatch],
+        origin: AppendOrigin,
+        transaction_version: int = TV_UNKNOWN,
+    ) -> tuple[BatchMetadata | None, ProducerAppend]:
+        """Check an append batch by batch (Kafka's ``analyzeAndValidateProducerState``).
 
-        Returns ``(duplicate, {})`` when a batch was already appended, else ``(None, updates)``
-        to pass to ``commit`` once the bytes are written. Raises INVALID_PRODUCER_EPOCH or
-        OUT_OF_ORDER_SEQUENCE_NUMBER as Kafka does; nothing changes then.
+        Returns ``(duplicate, empty)`` when a client batch was already appended, else
+        ``(None, append)`` to pass to ``apply`` once the bytes are written. Raises KafkaError as
+        ``producer_append`` describes; nothing changes then.
         """
-        pending: dict[int, ProducerStateEntry] = {}
-        for h, base_offset, max_ts in batches:
+        pending = ProducerAppend()
+        client = origin == AppendOrigin.CLIENT
+        for h, base_offset, max_ts, marker in batches:
             pid = h.producer_id
             if pid < 0:
                 continue
             current = self.producers.get(pid)
-            if current is not None:
+            if client and current is not None:
                 duplicate = current.find_duplicate(h.producer_epoch, h.base_sequence, h.last_sequence)
                 if duplicate is not None:
-                    return duplicate, {}
-            entry = pending.get(pid)
-            if entry is None:
-                entry = current.copy() if current is not None else ProducerStateEntry(pid)
-            committed_epoch = current.producer_epoch if current is not None else NO_PRODUCER_EPOCH
-            self._check(entry, committed_epoch, h, base_offset)
+                    return duplicate, ProducerAppend()
+            info = pending.infos.get(pid)
+            if info is None:
+                info = pending.infos[pid] = ProducerAppendInfo(self.topic_partition, pid, current, origin)
+            event: TxnStarted | CompletedTxn | None
             if h.is_control:
-                entry.producer_epoch = h.producer_epoch
+                if marker is None:
+                    continue  # an empty control batch: its transaction was cleaned away (Kafka)
+                event = info.append_marker(marker, h.producer_epoch, base_offset, max_ts, transaction_version)
             else:
-                entry.add_batch(
-                    h.producer_epoch,
-                    h.last_sequence,
-                    base_offset + h.last_offset_delta,
-                    h.last_offset_delta,
-                    max_ts,
-                )
-            pending[pid] = entry
+                event = info.append_data(h, base_offset, max_ts)
+            if event is not None:
+                pending.events.append(event)
         return None, pending
 
-    def _check(self, entry: ProducerStateEntry, committed_epoch: int, h: BatchHeader, offset: int) -> None:
-        pid, epoch, first_seq = h.producer_id, h.producer_epoch, h.base_sequence
-        if epoch < entry.producer_epoch:
-            raise KafkaError(
-                ErrorCode.invalid_producer_epoch,
-                f"Epoch of producer {pid} at offset {offset} in {self.topic_partition} is {epoch}, "
-                f"which is smaller than the last seen epoch {entry.producer_epoch}",
-            )
-        if h.is_control:
-            return
-        if epoch != entry.producer_epoch:
-            if first_seq != 0 and entry.producer_epoch != NO_PRODUCER_EPOCH:
-                raise KafkaError(
-                    ErrorCode.out_of_order_sequence_number,
-                    f"Invalid sequence number for new epoch of producer {pid} at offset {offset} in "
-                    f"partition {self.topic_partition}: {epoch} (request epoch), {first_seq} (seq. number), "
-                    f"{entry.producer_epoch} (current producer epoch)",
-                )
-            return
-        if committed_epoch == NO_PRODUCER_EPOCH:
-            return
-        if not _in_sequence(entry.last_seq, first_seq):
-            raise KafkaError(
-                ErrorCode.out_of_order_sequence_number,
-                f"Out of order sequence number for producer {pid} at offset {offset} in partition "
-                f"{self.topic_partition}: {first_seq} (incoming seq. number), {entry.last_seq} "
-                "(current end sequence number)",
-            )
-
-    def commit(self, updates: dict[int, ProducerStateEntry], map_end_offset: int) -> None:
-        """Apply what ``check_client_append`` prepared, after the batches were written."""
-        self.producers.update(updates)
+    def apply(self, append: ProducerAppend, map_end_offset: int, on_aborted: OnAborted | None = None) -> None:
+        """Apply what ``prepare_append`` checked, after the batches were written: new entries,
+        then the transactions in batch order; ``on_aborted`` gets each aborted one with the LSO
+        after it (the log writes its transaction-index entry)."""
+        for pid, info in append.infos.items():
+            self.producers[pid] = info.entry
+        for event in append.events:
+            if isinstance(event, TxnStarted):
+                self._add_ongoing(event.first_offset, event.producer_id)
+                continue
+            if event.is_aborted and on_aborted is not None:
+                on_aborted(event, self.last_stable_offset(event))
+            self.complete_txn(event)
         self.map_end_offset = map_end_offset
 
-    def replay_batch(self, h: BatchHeader) -> None:
-        """Apply an already-accepted batch without checks (recovery, follower and future replicas)."""
-        if h.producer_id >= 0:
-            entry = self.producers.get(h.producer_id)
-            if entry is None:
-                entry = self.producers[h.producer_id] = ProducerStateEntry(h.producer_id)
-            if h.is_control:
-                entry.producer_epoch = h.producer_epoch
-                entry.current_txn_first_offset = -1
-                entry.last_timestamp = h.max_timestamp
-            else:
-                entry.add_batch(
-                    h.producer_epoch, h.last_sequence, h.last_offset, h.last_offset_delta, h.max_timestamp
-                )
-                if h.is_transactional and entry.current_txn_first_offset < 0:
-                    entry.current_txn_first_offset = h.base_offset
-        self.map_end_offset = h.next_offset
+    def replay_batch(
+        self, h: BatchHeader, marker: EndTxnMarker | None = None, on_aborted: OnAborted | None = None
+    ) -> None:
+        """Apply an already-accepted batch (recovery, reloads): Kafka's replication rules; a batch
+        that breaks them anyway is logged and skipped rather than failing the load."""
+        try:
+            _, pending = self.prepare_append(
+                ((h, h.base_offset, h.max_timestamp, marker),), AppendOrigin.REPLICATION
+            )
+        except KafkaError as e:
+            _log.warning("%s: producer state ignores the batch at offset %d: %s", self.topic_partition, h.base_offset, e)
+            self.map_end_offset = h.next_offset
+            return
+        self.apply(pending, h.next_offset, on_aborted)
 
     def update_map_end_offset(self, offset: int) -> None:
         self.map_end_offset = offset

@@ -16,7 +16,10 @@ What Kafka's LogLoader does, in the same order:
 4. A log with no segment gets an empty one at its log start offset.
 
 Valid batches re-assign the leader epoch cache (as Kafka's recovery does); producer state is
-rebuilt afterwards by ``PartitionLog`` from the latest snapshot plus a replay of the log.
+rebuilt afterwards by ``PartitionLog`` from the latest snapshot plus a replay of the log, and that
+replay refills the ``.txnindex`` of every recovered segment (``producer_replay``). A ``.txnindex``
+that fails its sanity check (a partial entry, an entry ending before the segment) gets the
+segment recovered too; a missing one is an empty one, as in Kafka.
 """
 
 from __future__ import annotations

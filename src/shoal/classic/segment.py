@@ -1,11 +1,14 @@
-"""One log segment: ``<base>.log`` plus its ``.index`` and ``.timeindex``, as Kafka lays them out.
+"""One log segment: ``<base>.log`` plus its ``.index``, ``.timeindex`` and ``.txnindex``, as Kafka
+lays them out.
 
 The ``.log`` holds record batches exactly as they go over the wire, with their real offsets,
 back to back (Kafka's FileRecords). Files are named by the base offset zero-padded to 20 digits.
 Index entries are added the way Kafka's ``LogSegment.append`` adds them: once more than
 ``index.interval.bytes`` of log were written since the last entry, the next batch gets an
 offset-index entry (its last offset, its position) and the time index an entry for the max
-timestamp so far.
+timestamp so far. The ``.txnindex`` (``txn_index``) lists the aborted transactions whose ABORT
+marker is in the segment; it lives and dies with the segment and is rebuilt with the other indexes
+when the segment is recovered (by the log, which owns the producer state it needs).
 
 A segment is not thread-safe: ``PartitionLog`` serialises access (see its docstring). Reads and
 writes use ``os.pread``/``os.pwrite`` on one descriptor, so they hit the page cache and never move
@@ -24,6 +27,7 @@ from typing import NamedTuple
 from crc32c import crc32c
 
 from shoal.classic.index import NO_TIMESTAMP, OffsetIndex, TimeIndex
+from shoal.classic.txn_index import AbortedTxn, TransactionIndex, TxnIndexSearchResult
 from shoal.records.batch import (
     ATTRIBUTES_OFFSET,
     HEADER_SIZE,
@@ -99,7 +103,7 @@ def _pwrite_all(fd: int, data: memoryview, pos: int) -> None:
 
 
 class LogSegment:
-    """A ``.log`` file with its offset and time indexes."""
+    """A ``.log`` file with its offset, time and transaction indexes."""
 
     def __init__(
         self,
@@ -118,11 +122,12 @@ class LogSegment:
         self.log_path = directory / (stem + LOG_SUFFIX)
         index_path = directory / (stem + INDEX_SUFFIX)
         time_index_path = directory / (stem + TIME_INDEX_SUFFIX)
+        txn_index_path = directory / (stem + TXN_INDEX_SUFFIX)
         #: True when an index file was missing at open: Kafka rebuilds the indexes then.
         self.indexes_missing = not create and not (index_path.exists() and time_index_path.exists())
         if create:
             # Leftovers of an earlier life of this offset (a log truncated back to it) are not data.
-            for stale in (self.log_path, index_path, time_index_path):
+            for stale in (self.log_path, index_path, time_index_path, txn_index_path):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(stale)
         self._fd = os.open(self.log_path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
@@ -132,6 +137,12 @@ class LogSegment:
                 self.time_index = TimeIndex(time_index_path, base_offset, max_index_size)
             except BaseException:
                 self.offset_index.close()
+                raise
+            try:
+                self.txn_index = TransactionIndex(txn_index_path, base_offset)
+            except BaseException:
+                self.offset_index.close()
+                self.time_index.close()
                 raise
             self.size = os.fstat(self._fd).st_size
         except BaseException:
@@ -227,6 +238,14 @@ class LogSegment:
         if batches:
             self.next_offset = batches[-1].last_offset + 1
 
+    def update_txn_index(self, txn: AbortedTxn) -> None:
+        """An ABORT marker in this segment completed a transaction (Kafka's ``updateTxnIndex``)."""
+        self.txn_index.append(txn)
+
+    def collect_aborted_txns(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearchResult:
+        """Aborted transactions of this segment overlapping [fetch_offset, upper_bound_offset)."""
+        return self.txn_index.collect_aborted(fetch_offset, upper_bound_offset)
+
     def on_become_inactive(self) -> None:
         """Kafka's final time-index entry when the segment stops being the active one."""
         if self.max_timestamp_so_far >= 0:
@@ -242,6 +261,7 @@ class LogSegment:
         position, _ = found
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         removed = self.size - position
         os.ftruncate(self._fd, position)
         self.size = position
@@ -252,10 +272,11 @@ class LogSegment:
         return removed
 
     def flush(self) -> None:
-        """fsync the log and both indexes."""
+        """fsync the log and its indexes."""
         os.fsync(self._fd)
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     # ------------------------------------------------------------------ reads
 
@@ -337,13 +358,15 @@ class LogSegment:
     # ------------------------------------------------------------------ recovery
 
     def recover(self, on_batch: Callable[[BatchHeader], None] | None = None) -> RecoveryResult:
-        """Re-read every batch, check framing, offsets and CRC32C, rebuild both indexes and
+        """Re-read every batch, check framing, offsets and CRC32C, rebuild the offset and time indexes and
         truncate the file at the first invalid batch (Kafka's ``LogSegment.recover``).
 
         Returns the valid bytes kept and the bytes truncated. ``on_batch`` sees each valid
-        header (the log rebuilds its leader epoch cache from them)."""
+        header (the log rebuilds its leader epoch cache from them). The transaction index is
+        emptied: the log refills it when it replays its producer state over the segment."""
         self.offset_index.reset()
         self.time_index.reset()
+        self.txn_index.reset()
         self.max_timestamp_so_far = NO_TIMESTAMP
         self.offset_of_max_timestamp = self.base_offset
         self._bytes_since_index = 0
@@ -401,6 +424,7 @@ class LogSegment:
         """Raise CorruptIndexError when an index cannot be trusted (then: ``recover``)."""
         self.offset_index.sanity_check(self.size)
         self.time_index.sanity_check(self.next_offset)
+        self.txn_index.sanity_check()
 
     # ------------------------------------------------------------------ files
 
@@ -410,6 +434,7 @@ class LogSegment:
         self.log_path = directory / self.log_path.name
         self.offset_index.update_dir(directory)
         self.time_index.update_dir(directory)
+        self.txn_index.update_dir(directory)
 
     def close(self) -> None:
         """Add the final time-index entry and close the files (Kafka's ``LogSegment.close``)."""
@@ -425,7 +450,7 @@ class LogSegment:
         if self._closed:
             return
         self._closed = True
-        for close in (self.offset_index.close, self.time_index.close):
+        for close in (self.offset_index.close, self.time_index.close, self.txn_index.close):
             with contextlib.suppress(OSError):
                 close()
         with contextlib.suppress(OSError):
@@ -441,9 +466,7 @@ class LogSegment:
         files are unlinked later, ``file.delete.delay.ms``, or by recovery at the next start).
         Returns the renamed paths."""
         self.close_handles()
-        paths = [self.log_path, self.offset_index.path, self.time_index.path]
-        txn = self.directory / (file_name(self.base_offset) + TXN_INDEX_SUFFIX)
-        paths.append(txn)
+        paths = [self.log_path, self.offset_index.path, self.time_index.path, self.txn_index.path]
         renamed = []
         for path in paths:
             target = path.with_name(path.name + DELETED_SUFFIX)

@@ -27,6 +27,7 @@ from typing import Annotated
 
 import typer
 
+from shoal.classic.txn_index import TransactionIndex
 from shoal.cli.diskless_metadata import MetadataStoreReader, ToolError, format_time
 from shoal.cli.dump_remote import fetch_remote_segment, remote_label
 from shoal.cli.process_exit import exit_without_finalizing
@@ -335,8 +336,27 @@ def _mapped(path: Path) -> Iterator[bytes | mmap.mmap]:
                 mm.close()
 
 
+def dump_txn_index(out: Output, path: Path) -> None:
+    """A ``.txnindex`` (aborted transactions of a segment), one entry per line as Kafka's
+    DumpLogSegments prints them."""
+    base = int(path.stem) if path.stem.isdigit() else 0
+    index = TransactionIndex(path, base)
+    try:
+        for txn in index.all_aborted():
+            out.line(f"version: 0 producerId: {txn.producer_id} firstOffset: {txn.first_offset} "
+                     f"lastOffset: {txn.last_offset} lastStableOffset: {txn.last_stable_offset}")
+    finally:
+        index.close()
+
+
 def dump_file(out: Output, path: Path, deep: bool, print_data: bool, store: MetadataStoreReader | None) -> None:
     out.line(f"Dumping {path}")
+    if path.suffix == ".txnindex":
+        try:
+            dump_txn_index(out, path)
+        except (OSError, ValueError, KafkaError) as exc:
+            out.error(f"Cannot read {path}: {exc}")
+        return
     try:
         with _mapped(path) as data:
             if detect_kind(path, data) == SegmentKind.WAL:

@@ -236,7 +236,7 @@ class RemoteLogManager:
                 tiered_epoch=tiered_epoch,
             )
             data = LogSegmentData(
-                segment.log_path, segment.offset_index_path, segment.time_index_path, None, segment.producer_snapshot,
+                segment.log_path, segment.offset_index_path, segment.time_index_path, segment.txn_index_path, segment.producer_snapshot,
                 "\n".join(f"{e} {o}" for e, o in sorted(metadata.segment_leader_epochs.items())).encode(),
             )
             await self._run_blocking(self._rlmm.add_remote_log_segment_metadata, metadata)
