@@ -15,6 +15,7 @@ import pytest
 from tests.integration.test_tiered_failures import (  # noqa: F401 (make_cluster is a fixture)
     EARLIEST,
     EARLIEST_LOCAL,
+    TOPIC,
     AckingProducer,
     Remote,
     check_read_back,
@@ -38,6 +39,9 @@ def test_follower_behind_the_local_log_start_restarts_with_the_remote_state(
     remote = Remote(cluster)
     first = leader(cluster)
     follower = next(n for n in (1, 2, 3) if n != first)
+    # The follower's replica dir exists before it stops (a replica missing from the log dirs at
+    # start-up is taken for a failed disk and stays offline, as in Kafka).
+    wait_until(lambda: (cluster.broker(follower).log_dir / f"{TOPIC}-0").is_dir(), "the follower's replica dir", 30)
     kill(cluster, follower)
     producer = AckingProducer(cluster.bootstrap, rate=400)
     producer.start()

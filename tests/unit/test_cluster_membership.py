@@ -16,7 +16,6 @@ from shoal.cluster.fencing import fencing_changes
 from shoal.cluster.placement import (
     group_coordinator,
     group_partition,
-    java_string_hash,
     partition_owner,
     preferred_brokers,
 )
@@ -30,6 +29,7 @@ from shoal.metadata.records import (
     RegisterBrokerRecord,
     UnfenceBrokerRecord,
 )
+from shoal.protocol.key_partitions import java_string_hash
 from shoal.store.factory import open_metadata_store_at
 
 SESSION_MS = 10_000
