@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
+from enum import IntEnum
 from typing import Protocol
 
 from shoal.metadata.image import MetadataImage, TopicImage
@@ -86,6 +87,20 @@ class ValidatedRecords:
 # ------------------------------------------------------------------------------------------ read
 
 
+class IsolationLevel(IntEnum):
+    """Fetch (v4+) and ListOffsets (v2+) ``isolation_level`` (KIP-98): what a consumer may see."""
+
+    #: Everything below the high watermark, aborted transactions and open ones included.
+    READ_UNCOMMITTED = 0
+    #: Only below the last stable offset, with the aborted transactions to drop listed.
+    READ_COMMITTED = 1
+
+    @classmethod
+    def of(cls, value: int) -> IsolationLevel:
+        """The wire value; anything but 1 reads uncommitted (the more permissive, long-standing view)."""
+        return cls.READ_COMMITTED if value == 1 else cls.READ_UNCOMMITTED
+
+
 @dataclass(frozen=True, slots=True)
 class ReadRequest:
     """One partition of a Fetch: by name (Fetch < v13) or by topic id (v13+)."""
@@ -109,6 +124,9 @@ class ReadOutcome:
     preferred_read_replica: int = -1
     #: A diskless read answered from this broker's cache replica (not object storage).
     from_cache: bool = False
+    #: READ_COMMITTED: (producer id, first offset) of the aborted transactions overlapping the
+    #: records, which the consumer drops; None for READ_UNCOMMITTED reads and errors (Kafka's null).
+    aborted_transactions: tuple[tuple[int, int], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +137,8 @@ class KindRead:
     fetch_offset: int
     max_bytes: int
     replica_id: int = -1
+    #: READ_COMMITTED reads stop at the last stable offset; followers always read uncommitted.
+    isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
 
 
 # ------------------------------------------------------------------------------- offsets, delete
@@ -162,6 +182,32 @@ class PartitionState:
     size: int = -1
 
 
+# -------------------------------------------------------------------------- transaction markers
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarker:
+    """One WriteTxnMarkers entry: end ``producer_id``'s transaction (commit or abort) as the
+    transaction coordinator at ``coordinator_epoch`` decided it."""
+
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    commit: bool
+    #: The transaction version the coordinator ran it with (WriteTxnMarkers v2+; 0 before).
+    transaction_version: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class MarkerWrite:
+    """A marker for one partition, stamped as the topic's ``message.timestamp.type`` says (the
+    seam knows topic configs, kinds do not)."""
+
+    partition: PartitionRef
+    marker: TxnMarker
+    timestamp_type: TimestampType
+
+
 @dataclass(frozen=True, slots=True)
 class ProduceOptions:
     """Request-level produce parameters the seam checks before any partition is touched."""
@@ -185,6 +231,8 @@ class FetchOptions:
     client_rack: str | None = None
     #: Whether a follower may answer this consumer (Fetch v11+; older consumers read from leaders).
     follower_reads: bool = False
+    #: The consumer's isolation level (Fetch v4+); a follower broker's fetch ignores it.
+    isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
 
 
 class PartitionKind(Protocol):
@@ -218,7 +266,18 @@ class PartitionKind(Protocol):
         replicas) may answer "nothing new" only if it caught up after that time."""
         ...
 
-    async def list_offsets(self, lookups: Sequence[tuple[PartitionRef, int]]) -> list[OffsetOutcome]: ...
+    async def list_offsets(
+        self, lookups: Sequence[tuple[PartitionRef, int]], isolation: IsolationLevel | None = IsolationLevel.READ_UNCOMMITTED
+    ) -> list[OffsetOutcome]:
+        """(partition, timestamp) -> offset. A client's lookup (``isolation`` set) answers nothing at
+        or above its last fetchable offset (the high watermark, READ_COMMITTED: the last stable
+        offset) and latest (-1) is that offset; None (a replica) reads up to the log end."""
+        ...
+
+    async def write_txn_markers(self, writes: Sequence[MarkerWrite], timeout_ms: int) -> list[AppendOutcome]:
+        """Append transaction markers as the leader, each answered once the in-sync replicas have
+        it (WriteTxnMarkers appends with acks=all) or with the partition's error."""
+        ...
 
     async def end_offsets_for_epochs(self, lookups: Sequence[tuple[PartitionRef, int]]) -> list[EpochEndOutcome]:
         """OffsetForLeaderEpoch: (partition, requested leader epoch) -> where that epoch ends."""

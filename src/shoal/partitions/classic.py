@@ -9,18 +9,23 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
+from shoal.classic.log import PartitionLog
 from shoal.classic.log_list_offsets import (
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
     LATEST_TIERED_TIMESTAMP,
+    LATEST_TIMESTAMP,
 )
+from shoal.classic.log_results import TimestampAndOffset
 from shoal.classic.replica_manager import ReplicaManager
 from shoal.metadata.image import MetadataImage, TopicImage
 from shoal.partitions.api import (
     AppendOutcome,
     DeleteOutcome,
     EpochEndOutcome,
+    IsolationLevel,
     KindRead,
+    MarkerWrite,
     OffsetOutcome,
     PartitionRef,
     PartitionState,
@@ -29,6 +34,8 @@ from shoal.partitions.api import (
     ValidatedRecords,
 )
 from shoal.protocol.errors import ErrorCode, KafkaError
+from shoal.records.batch import NO_TIMESTAMP
+from shoal.records.codec import iter_batches
 from shoal.remote_log.manager import RemoteLogManager, is_tiered
 from shoal.tiered.api import TopicIdPartition
 
@@ -123,6 +130,51 @@ class ClassicPartitions:
                                           "write was replicated")
         return outcome
 
+    async def write_txn_markers(self, writes: Sequence[MarkerWrite], timeout_ms: int) -> list[AppendOutcome]:
+        """WriteTxnMarkers on this broker's leaders: every marker is appended now, in request order
+        (as Kafka's ``appendRecords`` with origin COORDINATOR: producer and coordinator epochs are
+        checked, INVALID_PRODUCER_EPOCH or TRANSACTION_COORDINATOR_FENCED write nothing), then each
+        is answered once the ISR has it (acks=all, as Kafka appends markers), or REQUEST_TIMED_OUT."""
+        waits = [self._append_marker(w, timeout_ms) for w in writes]
+        return list(await asyncio.gather(*waits))
+
+    def _append_marker(self, write: MarkerWrite, timeout_ms: int) -> Awaitable[AppendOutcome]:
+        ref, marker = write.partition, write.marker
+        name, index = ref.name, ref.partition
+        try:
+            min_isr = self._min_isr(ref)
+            self.replicas.check_enough_replicas(name, index, min_isr)
+            # ReplicaManager has no marker append of its own: its leader state gives the log and
+            # the leader epoch, as ``ReplicaManager.append`` uses them.
+            state = self.replicas.replication.leader((name, index))
+            appended = state.log.append_transaction_marker(
+                marker.producer_id, marker.producer_epoch, marker.coordinator_epoch, marker.commit,
+                state.leader_epoch, transaction_version=marker.transaction_version,
+                timestamp_type=write.timestamp_type,
+            )
+            state.advance_high_watermark()
+        except KafkaError as exc:
+            return _ready(AppendOutcome().fail(exc.code, exc.message))
+        outcome = AppendOutcome(base_offset=appended.base_offset, log_start_offset=appended.log_start_offset)
+        self._wake([ref.wake_key])
+        replicated = self.replicas.replicated(name, index, appended.last_offset + 1, min_isr)
+        return self._marker_acknowledged(ref, outcome, appended.flush_needed, replicated, timeout_ms)
+
+    async def _marker_acknowledged(
+        self,
+        ref: PartitionRef,
+        outcome: AppendOutcome,
+        flush_needed: bool,
+        replicated: asyncio.Future[ErrorCode],
+        timeout_ms: int,
+    ) -> AppendOutcome:
+        """The acks=all wait; then READ_COMMITTED long-polls wake: the high watermark passed the
+        marker, so the last stable offset moved although no record arrived."""
+        try:
+            return await self._acknowledged(ref, outcome, flush_needed, replicated, timeout_ms)
+        finally:
+            self._wake([ref.wake_key])
+
     async def publish(self, image: MetadataImage) -> None:
         await self.replicas.apply_image(image)
 
@@ -133,14 +185,9 @@ class ClassicPartitions:
         used = 0
         for r in reads:
             try:
-                result = self.replicas.read(
-                    r.partition.name, r.partition.partition, r.fetch_offset,
-                    min(r.max_bytes, max(max_bytes - used, 0)), min_one_batch=min_one_batch and used == 0,
-                    replica_id=r.replica_id,
-                )
-                hw = result.high_watermark
-                outcomes.append(ReadOutcome(ErrorCode.none, hw, hw, result.log_start_offset, bytes(result.records)))
-                used += len(result.records)
+                outcome = self._read_local(r, min(r.max_bytes, max(max_bytes - used, 0)), min_one_batch and used == 0)
+                outcomes.append(outcome)
+                used += len(outcome.records)
             except KafkaError as exc:
                 tp = self._tiered(r.partition)
                 if tp is not None and exc.code == ErrorCode.offset_out_of_range and r.replica_id < 0:
@@ -159,8 +206,27 @@ class ClassicPartitions:
                 outcomes.append(await self._error(r.partition, exc, consumer=r.replica_id < 0, fetch_offset=r.fetch_offset))
         return outcomes
 
+    def _read_local(self, r: KindRead, max_bytes: int, min_one: bool) -> ReadOutcome:
+        """One partition's read from the local log. A consumer's READ_COMMITTED read stops at the
+        last stable offset and lists the aborted transactions in what it returns (one lock: the
+        records, the offsets and the aborted list agree); READ_UNCOMMITTED reports the LSO too, as
+        Kafka always does. Followers read up to the log end whatever they asked."""
+        name, index = r.partition.name, r.partition.partition
+        if r.replica_id < 0 and r.isolation == IsolationLevel.READ_COMMITTED:
+            c = self.replicas.get(name, index).read_committed(r.fetch_offset, max_bytes, min_one)
+            return ReadOutcome(ErrorCode.none, c.high_watermark, c.last_stable_offset, c.log_start_offset,
+                               bytes(c.records), aborted_transactions=tuple(c.aborted_transactions))
+        result = self.replicas.read(name, index, r.fetch_offset, max_bytes, min_one_batch=min_one,
+                                    replica_id=r.replica_id)
+        hw = result.high_watermark
+        lso = _stable(self.replicas.get(name, index), hw)
+        return ReadOutcome(ErrorCode.none, hw, lso, result.log_start_offset, bytes(result.records))
+
     async def _remote_read(self, r: KindRead, tp: TopicIdPartition, max_bytes: int, min_one: bool) -> ReadOutcome | None:
-        """A consumer's read below the local log start, from remote segments (KIP-405)."""
+        """A consumer's read below the local log start, from remote segments (KIP-405). Remote
+        records lie below the last stable offset (only stable data is copied), so READ_COMMITTED
+        reads them too; its aborted transactions come from the local ``.txnindex`` files only (those
+        whose marker is still local), the remote segments' transaction indexes are not read yet."""
         assert self.remote is not None
         log_ = self.replicas.get(r.partition.name, r.partition.partition)
         if r.fetch_offset >= log_.log_start_offset:
@@ -170,7 +236,14 @@ class ClassicPartitions:
             return None
         records, start = found
         hw = log_.high_watermark
-        return ReadOutcome(ErrorCode.none, hw, hw, start, records)
+        lso = _stable(log_, hw)
+        if r.isolation != IsolationLevel.READ_COMMITTED:
+            return ReadOutcome(ErrorCode.none, hw, lso, start, records)
+        upper = r.fetch_offset
+        for _, header in iter_batches(records):
+            upper = header.next_offset
+        aborted = log_.collect_aborted_transactions(r.fetch_offset, upper) if upper > r.fetch_offset else []
+        return ReadOutcome(ErrorCode.none, hw, lso, start, records, aborted_transactions=tuple(aborted))
 
     async def _error(
         self, partition: PartitionRef, exc: KafkaError, *, consumer: bool = True, fetch_offset: int = -1
@@ -191,19 +264,25 @@ class ClassicPartitions:
             start = await self.remote.log_start(tp, start)
         elif tp is not None and code == ErrorCode.offset_out_of_range and 0 <= fetch_offset < start:
             code = ErrorCode.offset_moved_to_tiered_storage
-        return ReadOutcome(code, log_.high_watermark, log_.high_watermark, start)
+        hw = log_.high_watermark
+        return ReadOutcome(code, hw, _stable(log_, hw), start)
 
-    async def list_offsets(self, lookups: Sequence[tuple[PartitionRef, int]]) -> list[OffsetOutcome]:
+    async def list_offsets(
+        self, lookups: Sequence[tuple[PartitionRef, int]], isolation: IsolationLevel | None = IsolationLevel.READ_UNCOMMITTED
+    ) -> list[OffsetOutcome]:
         outcomes = []
         for ref, timestamp in lookups:
             tp = self._tiered(ref)
             if tp is not None:
+                # Remote answers lie below the local log start, so below any last fetchable offset.
                 tiered = await self._tiered_offset(ref, tp, timestamp)
                 if tiered is not None:
                     outcomes.append(tiered)
                     continue
             try:
                 found = await self.replicas.list_offset(ref.name, ref.partition, timestamp)
+                if isolation is not None:
+                    found = self._fetchable(self.replicas.get(ref.name, ref.partition), timestamp, found, isolation)
             except KafkaError as exc:
                 outcomes.append(OffsetOutcome(exc.code))
                 continue
@@ -213,6 +292,23 @@ class ClassicPartitions:
                 epoch = -1 if found.leader_epoch is None else found.leader_epoch
                 outcomes.append(OffsetOutcome(ErrorCode.none, found.timestamp, found.offset, epoch))
         return outcomes
+
+    @staticmethod
+    def _fetchable(
+        log_: PartitionLog, timestamp: int, found: TimestampAndOffset | None, isolation: IsolationLevel
+    ) -> TimestampAndOffset | None:
+        """A client's answer bounded by what it may fetch (Kafka's ``Partition.fetchOffsetForTimestamp``
+        and ``ReplicaManager.fetchOffset``): latest is the last fetchable offset (the high watermark;
+        READ_COMMITTED: the last stable offset), earliest stays, and any other answer at or above it
+        is no answer (-1, -1), so a consumer never starts past what it could read."""
+        hw = log_.high_watermark
+        last_fetchable = _stable(log_, hw) if isolation == IsolationLevel.READ_COMMITTED else hw
+        if timestamp == LATEST_TIMESTAMP:
+            epoch = found.leader_epoch if found is not None else None
+            return TimestampAndOffset(NO_TIMESTAMP, last_fetchable, epoch)
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP) or found is None:
+            return found
+        return None if found.offset >= last_fetchable else found
 
     async def _tiered_offset(self, ref: PartitionRef, tp: TopicIdPartition, timestamp: int) -> OffsetOutcome | None:
         """ListOffsets of a tiered partition where remote data answers (None: the local log does):
@@ -316,3 +412,13 @@ class ClassicPartitions:
 
     async def alter_log_dir(self, partition: PartitionRef, log_dir: str) -> None:
         await self.replicas.alter_log_dir(partition.name, partition.partition, log_dir)
+
+
+def _stable(log_: PartitionLog, high_watermark: int) -> int:
+    """The log's last stable offset, never above the high watermark reported beside it (the two
+    are read under separate locks here, and the high watermark may have moved in between)."""
+    return min(log_.last_stable_offset, high_watermark)
+
+
+async def _ready(outcome: AppendOutcome) -> AppendOutcome:
+    return outcome

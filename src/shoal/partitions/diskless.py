@@ -6,6 +6,7 @@ because they keep these partitions' storage in shape."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -30,7 +31,9 @@ from shoal.partitions.api import (
     AppendOutcome,
     DeleteOutcome,
     EpochEndOutcome,
+    IsolationLevel,
     KindRead,
+    MarkerWrite,
     OffsetOutcome,
     PartitionRef,
     PartitionState,
@@ -168,7 +171,7 @@ class DisklessPartitions:
                     answers[i] = ReadOutcome(result.error, result.high_watermark, result.high_watermark,
                                              result.log_start_offset, result.records)
                 used += len(answers[i].records)
-        return [answers[i] for i in range(len(reads))]
+        return [_isolated(r, answers[i]) for i, r in enumerate(reads)]
 
     async def _remote_read(self, r: KindRead, found: PartitionRead, max_bytes: int, min_one: bool) -> ReadOutcome:
         """The coordinator no longer holds the offset's batches: they are in tiered segments."""
@@ -197,9 +200,13 @@ class DisklessPartitions:
         error, hw, log_start = self._caches.follower_fetch(r.partition.wake_key, r.replica_id, r.fetch_offset)
         return ReadOutcome(error, hw, hw, log_start) if error == ErrorCode.none else ReadOutcome(error)
 
-    async def list_offsets(self, lookups: Sequence[tuple[PartitionRef, int]]) -> list[OffsetOutcome]:
+    async def list_offsets(
+        self, lookups: Sequence[tuple[PartitionRef, int]], isolation: IsolationLevel | None = IsolationLevel.READ_UNCOMMITTED
+    ) -> list[OffsetOutcome]:
         """The coordinator answers, refined to the record; on a tiered topic (-5) latest tiered and
-        time lookups into data already moved come from the remote segments."""
+        time lookups into data already moved come from the remote segments. ``isolation`` changes
+        nothing: diskless partitions hold no transactions (last stable offset = high watermark) and
+        the coordinator knows only committed batches (log end = high watermark)."""
         outcomes: list[OffsetOutcome | None] = [None] * len(lookups)
         if self._remote is not None:
             for i, (ref, timestamp) in enumerate(lookups):
@@ -269,6 +276,21 @@ class DisklessPartitions:
                 offset, timestamp = exact
                 outcomes.append(OffsetOutcome(answer.errors, timestamp, offset, epoch_of(ref)))
         return outcomes
+
+    async def write_txn_markers(self, writes: Sequence[MarkerWrite], timeout_ms: int) -> list[AppendOutcome]:
+        """Diskless partitions take no transaction markers yet. UNSUPPORTED_FOR_MESSAGE_FORMAT is
+        Kafka's own answer for a partition whose log cannot hold markers (message format < v2), and
+        Kafka's transaction coordinator treats it as "the producer could not have written there":
+        it drops the partition from the transaction and completes it. A retriable code
+        (KAFKA_STORAGE_ERROR, NOT_LEADER_OR_FOLLOWER) would make it resend forever, one it does not
+        expect (INVALID_REQUEST) fails it, and UNSUPPORTED_VERSION speaks of API versions."""
+        return [
+            AppendOutcome().fail(
+                ErrorCode.unsupported_for_message_format,
+                f"{w.partition.name}-{w.partition.partition} is diskless: it takes no transaction markers",
+            )
+            for w in writes
+        ]
 
     async def delete_records(self, deletes: Sequence[tuple[PartitionRef, int]]) -> list[DeleteOutcome]:
         requests = [DeleteRecordsRequest(coordinator_key(ref), offset) for ref, offset in deletes]
@@ -359,3 +381,11 @@ async def _settle(futures: list[asyncio.Future[CommitBatchResponse]]) -> AppendO
     if first.request.message_timestamp_type == TimestampType.LOG_APPEND_TIME:
         outcome.log_append_time = first.log_append_time
     return outcome
+
+
+def _isolated(read: KindRead, outcome: ReadOutcome) -> ReadOutcome:
+    """A READ_COMMITTED answer lists its aborted transactions: none here (no transactions), and the
+    last stable offset is the high watermark already."""
+    if read.isolation != IsolationLevel.READ_COMMITTED or read.replica_id >= 0 or outcome.error != ErrorCode.none:
+        return outcome
+    return dataclasses.replace(outcome, aborted_transactions=())

@@ -25,7 +25,9 @@ from shoal.partitions.api import (
     DeleteOutcome,
     EpochEndOutcome,
     FetchOptions,
+    IsolationLevel,
     KindRead,
+    MarkerWrite,
     OffsetOutcome,
     PartitionKind,
     PartitionRef,
@@ -33,11 +35,12 @@ from shoal.partitions.api import (
     ProduceOptions,
     ReadOutcome,
     ReadRequest,
+    TxnMarker,
     ValidatedRecords,
 )
 from shoal.partitions.classic import ClassicPartitions
 from shoal.partitions.notify import CommitNotifier
-from shoal.partitions.validation import RecordValidator
+from shoal.partitions.validation import RecordValidator, TopicRules
 from shoal.protocol.errors import ErrorCode, KafkaError, RecordValidationError
 
 log = logging.getLogger(__name__)
@@ -51,6 +54,12 @@ _background: set[asyncio.Future[Any]] = set()
 
 T = TypeVar("T")
 Outcome = TypeVar("Outcome")
+
+#: Kafka's internal offsets topic: the transaction coordinator sends it markers to complete a
+#: TxnOffsetCommit, which Kafka's group coordinator handles. Shoal's group offsets are not in
+#: such a partition and transactional offset commits are not supported yet: those markers are
+#: UNKNOWN_TOPIC_OR_PARTITION (retriable for the coordinator) until they are.
+GROUP_METADATA_TOPIC = "__consumer_offsets"
 
 
 def unknown_partition(topic: str, partition: int) -> KafkaError:
@@ -303,8 +312,11 @@ class Partitions:
 
     async def read(self, requests: Sequence[ReadRequest], options: FetchOptions) -> list[ReadOutcome]:
         """Read every partition within ``max_bytes`` (the first batch always comes, as in Kafka),
-        waiting up to ``max_wait_s`` for ``min_bytes`` to arrive."""
+        waiting up to ``max_wait_s`` for ``min_bytes`` to arrive. READ_COMMITTED consumers get only
+        records below each last stable offset, and only those count towards ``min_bytes`` (Kafka's
+        DelayedFetch measures up to the LSO too); a follower broker always reads uncommitted."""
         image = self._image()
+        isolation = options.isolation if options.replica_id < 0 else IsolationLevel.READ_UNCOMMITTED
         slots: list[KindRead | ReadOutcome] = []
         for r in requests:
             topic = image.topics_by_id.get(r.topic_id) if r.topic is None else image.topic(r.topic)
@@ -331,7 +343,7 @@ class Partitions:
                     slots.append(ReadOutcome(ErrorCode.none, state.high_watermark, state.high_watermark,
                                              state.log_start_offset, preferred_read_replica=elsewhere))
                     continue
-                slots.append(KindRead(ref, r.fetch_offset, r.max_bytes, options.replica_id))
+                slots.append(KindRead(ref, r.fetch_offset, r.max_bytes, options.replica_id, isolation))
         reads = [s for s in slots if isinstance(s, KindRead)]
         keys = [r.partition.wake_key for r in reads]
         errors = len(reads) != len(slots)
@@ -418,10 +430,15 @@ class Partitions:
         return resolved
 
     async def list_offsets(
-        self, lookups: Sequence[tuple[str, int, int]], current_leader_epochs: Sequence[int] | None = None
+        self,
+        lookups: Sequence[tuple[str, int, int]],
+        current_leader_epochs: Sequence[int] | None = None,
+        isolation: IsolationLevel | None = IsolationLevel.READ_UNCOMMITTED,
     ) -> list[OffsetOutcome]:
         """(topic, partition, timestamp) -> offset; every special timestamp of Kafka's ListOffsets.
-        With ``current_leader_epochs`` (ListOffsets v4+), a stale or future epoch is fenced (KIP-320)."""
+        With ``current_leader_epochs`` (ListOffsets v4+), a stale or future epoch is fenced (KIP-320).
+        A client's ``isolation`` bounds the answers by what it may fetch (latest: the high watermark,
+        READ_COMMITTED: the last stable offset); None (a replica's request) reads to the log end."""
         resolved = self._resolve_all(lookups)
         for i, epoch in enumerate(current_leader_epochs or ()):
             item = resolved[i]
@@ -430,8 +447,41 @@ class Partitions:
                 if fenced is not None:
                     resolved[i] = fenced
         return await self._by_kind(
-            resolved, lambda kind, items: kind.list_offsets(items), lambda exc: OffsetOutcome(exc.code)
+            resolved, lambda kind, items: kind.list_offsets(items, isolation), lambda exc: OffsetOutcome(exc.code)
         )
+
+    async def write_txn_markers(
+        self, markers: Sequence[tuple[str, int, TxnMarker]], timeout_ms: int
+    ) -> list[AppendOutcome]:
+        """WriteTxnMarkers: append each (topic, partition, marker) on this broker, the partition's
+        leader (NOT_LEADER_OR_FOLLOWER otherwise), answered per partition once the ISR has it."""
+        resolved = self._resolve_all(markers)
+        for i, (topic, partition, marker) in enumerate(markers):
+            if topic == GROUP_METADATA_TOPIC:
+                resolved[i] = KafkaError(
+                    ErrorCode.unknown_topic_or_partition,
+                    f"Transaction markers for {topic}-{partition} (transactional offset commits) are not supported yet",
+                )
+            elif marker.transaction_version < 0 and not isinstance(resolved[i], KafkaError):
+                resolved[i] = KafkaError(
+                    ErrorCode.invalid_request, f"Transaction version {marker.transaction_version} is not one"
+                )
+        outcomes = await self._by_kind(
+            resolved,
+            lambda kind, items: kind.write_txn_markers(
+                [MarkerWrite(ref, m, TopicRules.of(ref.topic, self._config).timestamp_type) for ref, m in items],
+                timeout_ms,
+            ),
+            lambda exc: AppendOutcome().fail(exc.code, exc.message),
+        )
+        for (topic, partition, marker), outcome in zip(markers, outcomes, strict=True):
+            if outcome.error != ErrorCode.none:
+                log.info(
+                    "%s marker of producer %d (epoch %d, coordinator epoch %d) for %s-%d not written: %s (%s)",
+                    "COMMIT" if marker.commit else "ABORT", marker.producer_id, marker.producer_epoch,
+                    marker.coordinator_epoch, topic, partition, outcome.message, outcome.error.name,
+                )
+        return outcomes
 
     async def end_offsets_for_epochs(
         self, lookups: Sequence[tuple[str, int, int, int]]

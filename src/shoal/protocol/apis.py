@@ -56,6 +56,7 @@ class ApiKey:
     DELETE_RECORDS = 21
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
+    WRITE_TXN_MARKERS = 27
     DESCRIBE_CONFIGS = 32
     ALTER_REPLICA_LOG_DIRS = 34
     DESCRIBE_LOG_DIRS = 35
@@ -95,6 +96,9 @@ SUPPORTED_APIS: dict[int, ApiSpec] = {
         ApiSpec(ApiKey.INIT_PRODUCER_ID, "InitProducerId", 0, 5),
         # Kafka 4 removed v0-1 (KIP-896).
         ApiSpec(ApiKey.OFFSET_FOR_LEADER_EPOCH, "OffsetForLeaderEpoch", 2, 4),
+        # Broker to broker (the transaction coordinator); Kafka 4 removed v0 (KIP-896), v2 adds
+        # the transaction version.
+        ApiSpec(ApiKey.WRITE_TXN_MARKERS, "WriteTxnMarkers", 1, 2),
         ApiSpec(ApiKey.DESCRIBE_CONFIGS, "DescribeConfigs", 1, 4),
         ApiSpec(ApiKey.ALTER_REPLICA_LOG_DIRS, "AlterReplicaLogDirs", 1, 2),
         ApiSpec(ApiKey.DESCRIBE_LOG_DIRS, "DescribeLogDirs", 1, 4),

@@ -55,6 +55,7 @@ from shoal.server.handlers.reassignments import (
     handle_alter_partition_reassignments,
     handle_list_partition_reassignments,
 )
+from shoal.server.handlers.txn_markers import handle_write_txn_markers
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,7 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.DELETE_RECORDS: handle_delete_records,
     ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
+    ApiKey.WRITE_TXN_MARKERS: handle_write_txn_markers,
     ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
     ApiKey.ALTER_REPLICA_LOG_DIRS: handle_alter_replica_log_dirs,
     ApiKey.DESCRIBE_LOG_DIRS: handle_describe_log_dirs,

@@ -1,7 +1,9 @@
 """Fetch (API 1): decode, ask ``partitions`` to read (it long-polls for ``min_bytes``), encode.
 
 Fetch sessions (KIP-227) are declined by answering session id 0, which every client
-handles by sending full fetch requests.
+handles by sending full fetch requests. Every answer carries the last stable offset; a
+READ_COMMITTED one also the aborted transactions its records overlap (KIP-98), which the
+consumer drops.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from shoal.partitions.api import FetchOptions, ReadRequest
+from shoal.partitions.api import FetchOptions, IsolationLevel, ReadRequest
 from shoal.protocol.apis import RequestHeader, response_class
 from shoal.protocol.build import make, nested
 from shoal.protocol.errors import ErrorCode
@@ -53,11 +55,13 @@ async def handle_fetch(ctx: ServerContext, header: RequestHeader, request: Any) 
         replica_id=replica_id_of(request),
         client_rack=getattr(request, "rack_id", None) or None,
         follower_reads=header.api_version >= 11,
+        isolation=IsolationLevel.of(int(getattr(request, "isolation_level", 0))),
     )
     outcomes = await ctx.partitions.read(reads, options)
     cls = response_class(header.api_key, header.api_version)
     partition_cls = nested(cls, "PartitionData")
     topic_cls = nested(cls, "FetchableTopicResponse")
+    aborted_cls = nested(cls, "AbortedTransaction")
     hints = LeaderHints(ctx.image, cls)
     topics: dict[Any, list[Any]] = {}
     for key, read, outcome in zip(keys, reads, outcomes, strict=True):
@@ -74,7 +78,9 @@ async def handle_fetch(ctx: ServerContext, header: RequestHeader, request: Any) 
                 high_watermark=outcome.high_watermark,
                 last_stable_offset=outcome.last_stable_offset,
                 log_start_offset=outcome.log_start_offset,
-                aborted_transactions=None,
+                aborted_transactions=None if outcome.aborted_transactions is None else tuple(
+                    make(aborted_cls, producer_id=pid, first_offset=first) for pid, first in outcome.aborted_transactions
+                ),
                 preferred_read_replica=outcome.preferred_read_replica,
                 records=outcome.records,
                 **hints.current_leader(name, read.partition, outcome.error),

@@ -1,16 +1,22 @@
 """ListOffsets (2): earliest, latest, max timestamp and offset-for-timestamp, answered by
-``partitions`` for any kind of partition."""
+``partitions`` for any kind of partition. A consumer's lookup (replica id -1) is bounded by its
+isolation level (v2+; READ_UNCOMMITTED before): latest is the high watermark, READ_COMMITTED the
+last stable offset, and no answer lies at or past it; a replica's (or a debugging tool's, -2)
+reads to the log end, as Kafka's ``KafkaApis.handleListOffsetRequest`` decides."""
 
 from __future__ import annotations
 
 import datetime
 from typing import Any
 
+from shoal.partitions.api import IsolationLevel
 from shoal.protocol.apis import RequestHeader, response_class
 from shoal.protocol.build import make, nested
 from shoal.server.context import ServerContext
 
 _ZERO = datetime.timedelta(0)
+#: ListOffsetsRequest.CONSUMER_REPLICA_ID: the only requester Kafka bounds by an isolation level.
+_CONSUMER = -1
 
 
 async def handle_list_offsets(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
@@ -18,7 +24,12 @@ async def handle_list_offsets(ctx: ServerContext, header: RequestHeader, request
     topic_cls, partition_cls = nested(cls, "ListOffsetsTopicResponse"), nested(cls, "ListOffsetsPartitionResponse")
     lookups = [(t.name, p.partition_index, p.timestamp) for t in request.topics for p in t.partitions]
     epochs = [int(getattr(p, "current_leader_epoch", -1)) for t in request.topics for p in t.partitions]
-    outcomes = iter(await ctx.partitions.list_offsets(lookups, epochs))
+    isolation = (
+        IsolationLevel.of(int(getattr(request, "isolation_level", 0)))
+        if int(getattr(request, "replica_id", _CONSUMER)) == _CONSUMER
+        else None
+    )
+    outcomes = iter(await ctx.partitions.list_offsets(lookups, epochs, isolation))
     topics = []
     for t in request.topics:
         partitions = []
