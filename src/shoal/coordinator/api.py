@@ -327,6 +327,10 @@ class BatchCoordinator(Protocol):
         is left), which differs from EARLIEST only once batches moved to tiered storage;
         LATEST_TIERED (-5) is -1 (tiered storage answers it)."""
 
+    def get_log_info(self, topic_id: uuid.UUID, partition: int) -> tuple[int, int, int] | None:
+        """(log start offset, high watermark, bytes of the batches held) of a diskless partition
+        from its log row (one indexed read), or None when the partition is unknown."""
+
     def delete_records(self, requests: list[DeleteRecordsRequest]) -> list[DeleteRecordsResponse]:
         """Move log start offsets and logically delete the batches below them."""
 

@@ -62,6 +62,7 @@ OPERATIONS = (
     "commit_file",
     "find_batches",
     "list_offsets",
+    "get_log_info",
     "delete_records",
     "delete_tiered_batches",
     "enforce_retention",
@@ -132,6 +133,10 @@ class FaultyBatchCoordinator(FaultControlled):
     def list_offsets(self, requests: list[ListOffsetsRequest]) -> list[ListOffsetsResponse]:
         """Delegated unless a fault picks this call."""
         return self._call("list_offsets", lambda: self.inner.list_offsets(requests))
+
+    def get_log_info(self, topic_id: uuid.UUID, partition: int) -> tuple[int, int, int] | None:
+        """Delegated unless a fault picks this call."""
+        return self._call("get_log_info", lambda: self.inner.get_log_info(topic_id, partition))
 
     def delete_records(self, requests: list[DeleteRecordsRequest]) -> list[DeleteRecordsResponse]:
         """Delegated unless a fault picks this call."""

@@ -94,20 +94,17 @@ class DisklessChains:
 
     async def local_state(self, tp: TopicIdPartition) -> tuple[int, int, int, int]:
         """(log start, earliest local offset, high watermark, bytes held) of the partition in the
-        coordinator; raises KafkaError when the coordinator does not know it."""
+        coordinator (two indexed reads); raises KafkaError when the coordinator does not know it."""
         key = coordinator_key(tp)
-        earliest, local, latest = await self._run_blocking(self._coordinator.list_offsets, [
-            ListOffsetsRequest(key, ListOffsetsTimestamp.EARLIEST),
-            ListOffsetsRequest(key, ListOffsetsTimestamp.EARLIEST_LOCAL),
-            ListOffsetsRequest(key, ListOffsetsTimestamp.LATEST),
-        ])
-        for answer in (earliest, local, latest):
-            if answer.errors != ErrorCode.none:
-                raise KafkaError(answer.errors, f"the coordinator answered {answer.errors.name} for {tp}")
-        # Every coordinator is also a CoordinatorInspector (KIP-1163's topic overview).
-        described = await self._run_blocking(self._coordinator.describe_topic, tp.topic_id)  # type: ignore[attr-defined]
-        size = next((d.byte_size for d in described.partitions if d.partition == tp.partition), 0) if described else 0
-        return earliest.offset, local.offset, latest.offset, size
+        info = await self._run_blocking(self._coordinator.get_log_info, tp.topic_id, tp.partition)
+        (local,) = await self._run_blocking(
+            self._coordinator.list_offsets, [ListOffsetsRequest(key, ListOffsetsTimestamp.EARLIEST_LOCAL)]
+        )
+        if info is None or local.errors != ErrorCode.none:
+            code = ErrorCode.unknown_topic_or_partition if info is None else local.errors
+            raise KafkaError(code, f"the coordinator answered {code.name} for {tp}")
+        log_start, high_watermark, size = info
+        return log_start, local.offset, high_watermark, size
 
     async def delete_tiered(self, tp: TopicIdPartition, offset: int) -> int:
         """The batches below ``offset`` are in tiered storage: the coordinator drops them (the log

@@ -215,10 +215,11 @@ class RemoteLogManager:
                 await chains.delete_tiered(tp, end + 1)
 
             try:
-                await self._copy(tp, chain, copied, topic.tiered_epoch, copied_up_to)
+                moved = await self._copy(tp, chain, copied, topic.tiered_epoch, copied_up_to)
             finally:
                 await chains.trim(chain, chain.highest_offset_in_remote)
-            log_start, local_start, high_watermark, size = await chains.local_state(tp)
+            if moved:  # the coordinator's local start and size moved with the copies
+                log_start, local_start, high_watermark, size = await chains.local_state(tp)
         await self._expire(tp, self._diskless_config(topic), local_start, size, log_start, chains.move_log_start)
 
     # ------------------------------------------------------------------------------------ copy
@@ -226,9 +227,11 @@ class RemoteLogManager:
     async def _copy(
         self, tp: TopicIdPartition, partition_log: PartitionLog, copied: int, tiered_epoch: int,
         then: Callable[[int], Awaitable[None]] | None = None,
-    ) -> None:
-        """Copy the log's rolled segments above ``copied`` in order; ``then(end offset)`` after each."""
-        for segment in await self._run_blocking(partition_log.rolled_segments, copied):
+    ) -> int:
+        """Copy the log's rolled segments above ``copied`` in order; ``then(end offset)`` after each.
+        Returns how many were copied."""
+        rolled = await self._run_blocking(partition_log.rolled_segments, copied)
+        for segment in rolled:
             metadata = RemoteLogSegmentMetadata(
                 RemoteLogSegmentId.generate(tp), segment.base_offset, segment.end_offset, segment.max_timestamp,
                 self._node_id, _now_ms(), segment.size,
@@ -256,6 +259,7 @@ class RemoteLogManager:
                 await then(segment.end_offset)
             log.info("%s-%d: copied segment %d..%d (%d bytes) to remote storage", tp.topic, tp.partition,
                      segment.base_offset, segment.end_offset, segment.size)
+        return len(rolled)
 
     async def _abandon(self, metadata: RemoteLogSegmentMetadata) -> None:
         """A copy that failed leaves no parts behind: its metadata goes to DELETE_SEGMENT_FINISHED
