@@ -134,6 +134,37 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             at_least(1),
         ),
         ConfigDef(
+            "transaction.max.timeout.ms",
+            ConfigType.INT,
+            900_000,
+            "The longest `transaction.timeout.ms` a transactional producer may ask for; InitProducerId "
+            "with a longer one answers INVALID_TRANSACTION_TIMEOUT.",
+            at_least(1),
+        ),
+        ConfigDef(
+            "transactional.id.expiration.ms",
+            ConfigType.INT,
+            604_800_000,
+            "A transactional id whose producer sent no transaction request for this long, and that has no "
+            "transaction open, is forgotten by its coordinator (its producer id and epoch with it).",
+            at_least(1),
+        ),
+        ConfigDef(
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+            ConfigType.INT,
+            10_000,
+            "How often the transaction coordinator aborts transactions open longer than their timeout.",
+            at_least(1),
+        ),
+        ConfigDef(
+            "transaction.remove.expired.transaction.cleanup.interval.ms",
+            ConfigType.INT,
+            3_600_000,
+            "How often the transaction coordinator forgets transactional ids past "
+            "`transactional.id.expiration.ms`.",
+            at_least(1),
+        ),
+        ConfigDef(
             "num.partitions", ConfigType.INT, 1, "Default number of partitions of a new topic.", at_least(1)
         ),
         ConfigDef(

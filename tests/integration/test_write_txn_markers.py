@@ -1,9 +1,8 @@
 """WriteTxnMarkers (API 27), READ_COMMITTED Fetch and ListOffsets on real broker processes.
 
-Clients cannot produce transactional batches yet (the produce path refuses them until the
-transaction coordinator exists), so the requests the coordinator will send are sent here at the
-wire level: per-partition error answers (unknown partition, not the leader, diskless, the
-``__consumer_offsets`` markers not supported yet), and markers on partitions with no ongoing
+The requests a transaction coordinator sends are sent here at the wire level: per-partition
+error answers (unknown partition, not the leader, diskless, ``__consumer_offsets`` markers
+answered by the group coordinator), and markers on partitions with no ongoing
 transaction, which Kafka appends anyway. Consumers of both isolation levels then read the data
 records around them (clients skip the control batches) and ListOffsets answers the LSO.
 """
@@ -142,7 +141,9 @@ def test_markers_on_a_single_broker(broker: BrokerProcess, topic_name: str) -> N
         (1000, topic_name, 0): NONE,
         (1000, topic_name, 7): UNKNOWN_TOPIC_OR_PARTITION,
         (1000, "no-such-topic", 0): UNKNOWN_TOPIC_OR_PARTITION,
-        (1000, "__consumer_offsets", 0): UNKNOWN_TOPIC_OR_PARTITION,  # transactional offset commits: not yet
+        # The group coordinator owning it completes the producer's transactional offset commits
+        # (none here: nothing to do, answered as done).
+        (1000, "__consumer_offsets", 0): NONE,
         (1001, topic_name, 0): NONE,
         (1001, diskless, 0): UNSUPPORTED_FOR_MESSAGE_FORMAT,
     }

@@ -172,12 +172,13 @@ async def test_request_level_refusals_touch_no_partition(node: Node) -> None:
         [AppendRequest("c", 0, batch(b"x"))], ProduceOptions(acks=2, produce_version=9)
     )
     assert refused[0].error == ErrorCode.invalid_required_acks
-    txn = await node.partitions.append(
-        [AppendRequest("c", 0, batch(b"x"))], ProduceOptions(acks=-1, produce_version=9, transactional_id="t")
-    )
-    assert txn[0].error == ErrorCode.invalid_request
     (end,) = await node.partitions.list_offsets([("c", 0, -1)])
     assert end.offset == 0
+    # A transactional id matters only for transactional batches (as in Kafka): these are appended.
+    plain = await node.partitions.append(
+        [AppendRequest("c", 0, batch(b"x"))], ProduceOptions(acks=-1, produce_version=9, transactional_id="t")
+    )
+    assert plain[0].error == ErrorCode.none
 
 
 async def test_only_replicas_on_disk_move_between_log_dirs(node: Node, tmp_path: Path) -> None:

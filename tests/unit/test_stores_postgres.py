@@ -200,7 +200,7 @@ def test_brokers_creating_every_table_at_once(postgres_server: PostgresServer) -
         assert {"metadata", "group_coordinator"} <= schema_components(url)
         with psycopg.connect(url) as conn:
             versions = dict(conn.execute("SELECT component, version FROM schema_versions").fetchall())
-        assert (versions["metadata"], versions["group_coordinator"]) == (2, 1)
+        assert (versions["metadata"], versions["group_coordinator"]) == (2, 2)
 
 
 def test_lease_expiry_is_on_the_database_clock(brokers, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -463,3 +463,19 @@ def test_the_partition_count_comes_from_the_configuration(tmp_path: Path) -> Non
             store.load(3)
     finally:
         store.close()
+
+
+def test_compare_and_set_on_the_last_update_fences_same_epoch_transitions(store: TransactionStore) -> None:
+    """Two coordinators that both read the same Ongoing record: only the first write lands, also
+    when neither changes the producer epoch (transaction version 0/1 transitions)."""
+    ongoing = txn(producer_id=7, producer_epoch=3, state=ONGOING, partitions=(("t", 0),), txn_last_update_timestamp_ms=NOW)
+    assert store.put(ongoing, expected=ABSENT)
+    seen = (7, 3, NOW)
+    first = replace(ongoing, state=PREPARE_COMMIT, txn_last_update_timestamp_ms=NOW + 1)
+    second = replace(ongoing, partitions=(("t", 0), ("t", 1)), txn_last_update_timestamp_ms=NOW + 1)
+    assert store.put(first, expected=seen)
+    assert store.put(second, expected=seen) is False
+    assert store.get("txn-1") == first
+    assert store.delete("txn-1", expected=seen) is False
+    assert store.delete("txn-1", expected=(7, 3, NOW + 1))
+    assert store.get("txn-1") is None

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from shoal.cache_replicas.replica import CacheReplica
-from shoal.classic.replica_client import FETCH_VERSION, ReplicaClient, ReplicaConnectionError
 from shoal.metadata.image import MetadataImage
 from shoal.protocol.apis import request_class
+from shoal.protocol.broker_client import FETCH_VERSION, BrokerClient, BrokerConnectionError
 from shoal.protocol.build import make, nested
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ class PositionReporter:
         self._settings = settings
         self._image = image
         self._replicas = replicas
-        self._clients: dict[int, ReplicaClient] = {}
+        self._clients: dict[int, BrokerClient] = {}
         self._moved = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._unreachable: set[int] = set()
@@ -99,7 +99,7 @@ class PositionReporter:
         if client is None or client.address != (broker.host, broker.port):
             if client is not None:
                 await client.close()
-            client = self._clients[leader] = ReplicaClient(
+            client = self._clients[leader] = BrokerClient(
                 broker.host, broker.port, f"shoal-diskless-replica-{s.node_id}", s.socket_timeout_ms / 1000
             )
         cls = request_class(1, FETCH_VERSION)
@@ -121,7 +121,7 @@ class PositionReporter:
         )
         try:
             await client.request(request)
-        except ReplicaConnectionError as exc:
+        except BrokerConnectionError as exc:
             if leader not in self._unreachable:
                 log.info("reporting diskless cache positions to broker %d failed: %s", leader, exc)
             self._unreachable.add(leader)

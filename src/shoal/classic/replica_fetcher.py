@@ -24,14 +24,14 @@ from typing import Any
 from shoal.classic.log import PartitionLog
 from shoal.classic.log_manager import TopicPartition
 from shoal.classic.producer_state import CorruptSnapshotError
-from shoal.classic.replica_client import (
-    FETCH_VERSION,
-    OFFSET_FOR_LEADER_EPOCH_VERSION,
-    ReplicaClient,
-    ReplicaConnectionError,
-)
 from shoal.classic.replication_quota import ReplicationQuota
 from shoal.protocol.apis import request_class
+from shoal.protocol.broker_client import (
+    FETCH_VERSION,
+    OFFSET_FOR_LEADER_EPOCH_VERSION,
+    BrokerClient,
+    BrokerConnectionError,
+)
 from shoal.protocol.build import make, nested
 from shoal.protocol.errors import ErrorCode, KafkaError
 
@@ -88,7 +88,7 @@ class ReplicaFetcher:
         #: ``follower.replication.throttled.*``: which partitions are throttled, and the quota.
         self._throttle = throttle
         self._settings = settings
-        self._client = ReplicaClient(host, port, f"replica-fetcher-{settings.node_id}", settings.socket_timeout_ms / 1000)
+        self._client = BrokerClient(host, port, f"replica-fetcher-{settings.node_id}", settings.socket_timeout_ms / 1000)
         self._run_blocking = run_blocking
         self._on_appended = on_appended
         self.partitions: dict[TopicPartition, FollowedPartition] = {}
@@ -150,7 +150,7 @@ class ReplicaFetcher:
                     await self._fetch(fetching)
                 elif not truncating:
                     await asyncio.sleep(0.1)  # every ready partition is throttled this instant
-            except ReplicaConnectionError as exc:
+            except BrokerConnectionError as exc:
                 if self._stopping:
                     return
                 log.warning("replica fetcher for leader %d: %s; retrying in %.1f s", self.leader, exc, backoff)

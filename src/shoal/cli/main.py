@@ -25,6 +25,7 @@ from shoal.cli.pipeline import pipeline_app
 from shoal.cli.process_exit import exit_without_finalizing
 from shoal.cli.reassign import reassign_partitions
 from shoal.cli.topics import topics_app
+from shoal.cli.transactions import transactions_app
 from shoal.config import Config, ConfigError
 from shoal.metadata.log import DuplicateBrokerError
 from shoal.properties import parse_overrides, parse_properties
@@ -36,6 +37,7 @@ app.add_typer(cluster_app, name="cluster")
 app.add_typer(groups_app, name="groups")
 app.add_typer(pipeline_app, name="pipeline")
 app.add_typer(topics_app, name="topics")
+app.add_typer(transactions_app, name="transactions")
 app.command("dump-log")(dump_log)
 app.add_typer(diskless_metadata_app, name="diskless-metadata")
 app.add_typer(log_dirs_app, name="log-dirs")

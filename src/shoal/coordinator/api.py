@@ -43,8 +43,27 @@ class CreateTopicAndPartitionsRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class TxnControl:
+    """What a transaction marker (a control batch of one COMMIT or ABORT record) says.
+
+    ``coordinator_epoch`` is the epoch of the transaction coordinator that wrote it: a marker
+    from an older one than the partition last saw for the producer is refused
+    (TRANSACTION_COORDINATOR_FENCED), so a deposed coordinator cannot end a transaction twice.
+    """
+
+    commit: bool
+    coordinator_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
 class CommitBatchRequest:
-    """One batch inside an uploaded WAL segment object."""
+    """One batch inside an uploaded WAL segment object.
+
+    ``is_transactional``: the batch's transactional attribute (KIP-98). ``control``: set for a
+    transaction marker the broker built (a control batch: one record, so ``base_offset ==
+    last_offset``, producer id and epoch set, sequences -1); markers are stored and fetched like
+    any batch, and the coordinator does the transaction bookkeeping when it commits them.
+    """
 
     request_id: int
     topic_id_partition: TopicIdPartition
@@ -58,6 +77,8 @@ class CommitBatchRequest:
     producer_epoch: int = -1
     base_sequence: int = -1
     last_sequence: int = -1
+    is_transactional: bool = False
+    control: TxnControl | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +93,10 @@ class CommitBatchResponse:
 
 @dataclass(frozen=True, slots=True)
 class BatchMetadata:
+    """Where a batch is and what it is. ``is_transactional`` / ``is_control`` are the batch's
+    attributes as committed (a transaction marker is both), stored so readers that never open the
+    bytes (the Spark pipeline) can tell data from markers and transactional data."""
+
     topic_id_partition: TopicIdPartition
     byte_offset: int
     byte_size: int
@@ -84,6 +109,8 @@ class BatchMetadata:
     producer_epoch: int = -1
     base_sequence: int = -1
     last_sequence: int = -1
+    is_transactional: bool = False
+    is_control: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,17 +127,29 @@ class BatchInfo:
 
 @dataclass(frozen=True, slots=True)
 class FindBatchRequest:
+    """``read_committed``: a READ_COMMITTED fetch, which reads only below the last stable offset
+    and needs the aborted transactions of what it reads."""
+
     topic_id_partition: TopicIdPartition
     offset: int
     max_partition_fetch_bytes: int
+    read_committed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class FindBatchResponse:
+    """``last_stable_offset``: the first offset of the partition's earliest ongoing transaction
+    (never below the log start), else the high watermark; -1 only with an error that knows no
+    partition. ``aborted_transactions``: (producer id, first offset) of every aborted transaction
+    overlapping [fetch offset, end of the returned batches), only for a ``read_committed`` request
+    (Kafka's FetchResponse AbortedTransactions)."""
+
     errors: ErrorCode
     batches: list[BatchInfo]
     log_start_offset: int
     high_watermark: int
+    last_stable_offset: int = -1
+    aborted_transactions: list[tuple[int, int]] = field(default_factory=list)
 
 
 class ListOffsetsTimestamp:
@@ -125,8 +164,11 @@ class ListOffsetsTimestamp:
 
 @dataclass(frozen=True, slots=True)
 class ListOffsetsRequest:
+    """``read_committed``: a READ_COMMITTED client's lookup, bounded by the last stable offset."""
+
     topic_id_partition: TopicIdPartition
     timestamp: int
+    read_committed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,7 +334,17 @@ class ReplaceResult:
 
 
 class BatchCoordinator(Protocol):
-    """KIP-1164's pluggable Batch Coordinator."""
+    """KIP-1164's pluggable Batch Coordinator.
+
+    Diskless partitions have no leader log, so the coordinator also keeps what a Kafka partition
+    leader keeps for idempotent and transactional producers (KIP-1163): per producer and
+    partition its last batches, epoch, coordinator epoch and ongoing transaction, and the
+    partition's aborted transactions (Kafka's ``.txnindex``), from which it answers the last
+    stable offset (LSO) and a READ_COMMITTED fetch's aborted transactions. Transaction markers
+    are real control batches the broker uploads and commits like any batch (``commit_file`` with
+    ``control`` set); the bookkeeping happens in that commit's transaction. The rules are
+    Kafka's ProducerAppendInfo (``coordinator/idempotence.py``, ``coordinator/transactions.py``).
+    """
 
     def create_topic_and_partitions(self, requests: set[CreateTopicAndPartitionsRequest]) -> None:
         """Initialise the logs of new diskless partitions (idempotent)."""
@@ -310,6 +362,18 @@ class BatchCoordinator(Protocol):
         unknown answers UNKNOWN_TOPIC_OR_PARTITION; a duplicate of an idempotent batch
         answers its original offset with ``is_duplicate``; sequence and epoch errors
         answer OUT_OF_ORDER_SEQUENCE_NUMBER / INVALID_PRODUCER_EPOCH.
+
+        Transactions (transaction versions 0/1, Kafka's rules): a transactional batch of a
+        producer with no ongoing transaction on the partition starts one at its assigned base
+        offset; a non-transactional batch of a producer inside a transaction answers
+        INVALID_TXN_STATE, a transactional one of another epoch than the transaction's
+        INVALID_PRODUCER_EPOCH. A marker (``control``) is not deduplicated: an older producer
+        epoch than the producer's current one answers INVALID_PRODUCER_EPOCH, an older
+        coordinator epoch than the last recorded TRANSACTION_COORDINATOR_FENCED; otherwise it
+        takes one offset, ends the ongoing transaction if any (an ABORT records it as aborted:
+        producer id, first offset, the marker's offset), makes its epoch the producer's current
+        one (a bumped epoch forgets the producer's remembered batches) and remembers the
+        coordinator epoch. A marker with nothing ongoing is appended and records nothing.
         """
 
     def find_batches(
@@ -319,25 +383,43 @@ class BatchCoordinator(Protocol):
 
         An offset outside [log start, high watermark] answers OFFSET_OUT_OF_RANGE; one at or
         above the log start whose batches went to tiered storage (below the first batch left,
-        ``delete_tiered_batches``) answers OFFSET_MOVED_TO_TIERED_STORAGE with no batches."""
+        ``delete_tiered_batches``) answers OFFSET_MOVED_TO_TIERED_STORAGE with no batches.
+
+        Every answer with a known partition carries its last stable offset. A ``read_committed``
+        request returns only batches wholly below it (an offset at or past it: no batches, no
+        error) and the aborted transactions overlapping [offset, end of the returned batches),
+        as Kafka's ``collectAbortedTransactions``; the batches, LSO and aborted transactions come
+        from one snapshot."""
 
     def list_offsets(self, requests: list[ListOffsetsRequest]) -> list[ListOffsetsResponse]:
         """Earliest, latest, max-timestamp or first-offset-at-timestamp lookups. EARLIEST_LOCAL
         (-4) is the first batch's offset (at least the log start; the high watermark when no batch
         is left), which differs from EARLIEST only once batches moved to tiered storage;
-        LATEST_TIERED (-5) is -1 (tiered storage answers it)."""
+        LATEST_TIERED (-5) is -1 (tiered storage answers it).
+
+        ``read_committed`` bounds the answers by the last stable offset as Kafka's
+        ``fetchOffsetForTimestamp`` does for READ_COMMITTED: LATEST answers the LSO, and any
+        answer other than EARLIEST / EARLIEST_LOCAL at or past it is no answer (-1, -1)."""
 
     def get_log_info(self, topic_id: uuid.UUID, partition: int) -> tuple[int, int, int] | None:
         """(log start offset, high watermark, bytes of the batches held) of a diskless partition
         from its log row (one indexed read), or None when the partition is unknown."""
 
+    def transaction_state(self, topic_id: uuid.UUID, partition: int) -> tuple[int, list[tuple[int, int, int]]] | None:
+        """(last stable offset, every aborted transaction kept as (producer id, first offset, last
+        offset) in marker order) of a diskless partition from one snapshot, or None when the
+        partition is unknown: what a reader that skips Fetch (the Spark pipeline) needs to read
+        committed data only."""
+
     def delete_records(self, requests: list[DeleteRecordsRequest]) -> list[DeleteRecordsResponse]:
-        """Move log start offsets and logically delete the batches below them."""
+        """Move log start offsets and logically delete the batches below them; aborted
+        transactions whose marker is below the new log start are forgotten."""
 
     def delete_tiered_batches(self, requests: list[DeleteTieredBatchesRequest]) -> list[DeleteTieredBatchesResponse]:
         """Delete the batches wholly below each request's offset, which tiered storage now holds;
         unlike ``delete_records`` the log start offset stays (those offsets are still part of the
-        log, read from tiered segments). Emptied objects are marked for deletion. An offset above
+        log, read from tiered segments), and so do the aborted transactions (they go once the log
+        start passes their marker). Emptied objects are marked for deletion. An offset above
         the high watermark answers OFFSET_OUT_OF_RANGE, an unknown partition
         UNKNOWN_TOPIC_OR_PARTITION. One transaction per call; responses in request order.
 
@@ -352,12 +434,14 @@ class BatchCoordinator(Protocol):
         ``retention_ms`` (LogAppendTime batches by their append time, CreateTime ones by
         their max timestamp), then while the log would still hold ``retention_bytes``
         without it. The log start offset moves to the first remaining batch (the high
-        watermark when none remains); emptied objects are marked for deletion. One
+        watermark when none remains); emptied objects are marked for deletion, and aborted
+        transactions whose marker is below the new log start are forgotten. One
         transaction per call; responses in request order.
         """
 
     def delete_topics(self, topic_ids: set[uuid.UUID]) -> None:
-        """Delete all logs and batches of the topics; emptied objects are marked for deletion."""
+        """Delete all logs, batches, producer and transaction state of the topics; emptied objects
+        are marked for deletion."""
 
     def get_files_to_delete(self) -> list[FileToDelete]:
         """Objects marked for deletion that a broker may now delete physically."""
@@ -378,7 +462,8 @@ class BatchCoordinator(Protocol):
         oldest first, at most ``limit``."""
 
     def list_object_batches(self, object_keys: list[str]) -> dict[str, list[BatchInfo]]:
-        """The live batches of each object, in byte order, from one snapshot (unknown keys: [])."""
+        """The live batches of each object, in byte order, from one snapshot (unknown keys: []),
+        with their transactional and control flags (a compactor keeps markers as they are)."""
 
     def replace_batches(
         self,
@@ -395,6 +480,7 @@ class BatchCoordinator(Protocol):
         the moved bytes (none moved: marked for deletion at once); old objects lose the
         moved bytes and those left empty are marked for deletion, so the cleaner removes
         them after the grace period while fetches of the old coordinates still succeed.
+        Batches keep everything but their coordinates (offsets, producer fields, flags).
         Raises ValueError for moves that do not fit the new object (nothing changes), and
         the backend's integrity error if ``new_object_key`` is already committed.
         """

@@ -63,6 +63,7 @@ OPERATIONS = (
     "find_batches",
     "list_offsets",
     "get_log_info",
+    "transaction_state",
     "delete_records",
     "delete_tiered_batches",
     "enforce_retention",
@@ -137,6 +138,10 @@ class FaultyBatchCoordinator(FaultControlled):
     def get_log_info(self, topic_id: uuid.UUID, partition: int) -> tuple[int, int, int] | None:
         """Delegated unless a fault picks this call."""
         return self._call("get_log_info", lambda: self.inner.get_log_info(topic_id, partition))
+
+    def transaction_state(self, topic_id: uuid.UUID, partition: int) -> tuple[int, list[tuple[int, int, int]]] | None:
+        """Delegated unless a fault picks this call."""
+        return self._call("transaction_state", lambda: self.inner.transaction_state(topic_id, partition))
 
     def delete_records(self, requests: list[DeleteRecordsRequest]) -> list[DeleteRecordsResponse]:
         """Delegated unless a fault picks this call."""

@@ -5,6 +5,7 @@ last ``PRODUCER_STATE_BATCHES`` batches of each producer on each partition (Kafk
 ProducerStateEntry), a duplicate found among them (answered with its original offset), and
 Kafka's ProducerAppendInfo sequence and epoch checks for a new batch. The backends load and
 store this state in their own tables; the rules live here once, so they cannot drift apart.
+What transactions add (the epoch a marker leaves, the ongoing transaction) is ``transactions``.
 """
 
 from __future__ import annotations
@@ -41,10 +42,15 @@ class ProducerEntry:
 
 @dataclass(slots=True)
 class ProducerState:
-    """The last batches of one producer on one partition, as Kafka's ProducerStateEntry."""
+    """The last batches of one producer on one partition, as Kafka's ProducerStateEntry.
+
+    ``row_base``: the next row id once ``clear`` emptied ``entries`` (a marker's epoch bump),
+    so rows written later still sort after, and trimming below them drops the old ones.
+    """
 
     entries: list[ProducerEntry] = field(default_factory=list)
     dirty: bool = False
+    row_base: int = 0
 
     @property
     def epoch(self) -> int:
@@ -53,7 +59,19 @@ class ProducerState:
     @property
     def next_row_id(self) -> int:
         """Row ids grow per producer and partition, so the oldest rows are the ones to trim."""
-        return self.entries[-1].row_id + 1 if self.entries else 0
+        return self.entries[-1].row_id + 1 if self.entries else self.row_base
+
+    @property
+    def first_kept_row_id(self) -> int:
+        """Stored rows below this id are no longer remembered (what a save trims)."""
+        return self.entries[0].row_id if self.entries else self.row_base
+
+    def clear(self) -> None:
+        """Forget every remembered batch (Kafka's ``maybeUpdateProducerEpoch`` on a new epoch)."""
+        if self.entries:
+            self.row_base = self.next_row_id
+            self.entries.clear()
+            self.dirty = True
 
     def find_duplicate(self, epoch: int, base_sequence: int, last_sequence: int) -> ProducerEntry | None:
         if epoch != self.epoch:
@@ -71,17 +89,26 @@ class ProducerState:
         self.dirty = True
 
 
-def check_sequence(state: ProducerState, req: CommitBatchRequest) -> tuple[ErrorCode, bool]:
-    """Kafka's ProducerAppendInfo checks for a non-duplicate batch: (error, resets state)."""
-    if not state.entries:
-        return ErrorCode.none, False
-    if req.producer_epoch < state.epoch:
+def check_sequence(
+    state: ProducerState, req: CommitBatchRequest, marker_epoch: int = NO_PRODUCER
+) -> tuple[ErrorCode, bool]:
+    """Kafka's ProducerAppendInfo checks for a non-duplicate batch: (error, resets state).
+
+    ``marker_epoch``: the epoch the producer's last transaction marker here left (NO_PRODUCER:
+    none). Kafka's entry has one epoch that markers move too: a producer a marker left at epoch E
+    with no batch remembered must write epoch E or later, from sequence 0.
+    """
+    current = max(state.epoch, marker_epoch)
+    if current == NO_PRODUCER:
+        return ErrorCode.none, False  # unknown producer: any sequence starts it
+    if req.producer_epoch < current:
         return ErrorCode.invalid_producer_epoch, False
-    if req.producer_epoch > state.epoch:
+    if req.producer_epoch > current:
         if req.base_sequence != 0:
             return ErrorCode.out_of_order_sequence_number, False
         return ErrorCode.none, True
-    if req.base_sequence != next_sequence(state.entries[-1].last_sequence):
+    last_sequence = state.entries[-1].last_sequence if state.entries else NO_PRODUCER
+    if req.base_sequence != next_sequence(last_sequence):
         return ErrorCode.out_of_order_sequence_number, False
     return ErrorCode.none, False
 

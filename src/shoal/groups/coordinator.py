@@ -10,6 +10,8 @@ with their concern:
 - ``membership.py``: SyncGroup, Heartbeat and LeaveGroup;
 - ``rebalance.py``: the join and sync phases and the member sessions that drive them;
 - ``offsets.py``: OffsetCommit, OffsetFetch and OffsetDelete;
+- ``txn_offsets.py``: TxnOffsetCommit and the transaction markers that settle its pending offsets
+  (``pending.py`` holds them in memory);
 - ``admin.py``: DescribeGroups, ListGroups and DeleteGroups;
 - ``expiry.py``: offset retention and the deletion of empty groups left without offsets;
 - ``loader.py``: groups read from the store at start-up, and loaded or unloaded as the
@@ -18,12 +20,12 @@ with their concern:
 - ``state.py``: the state they share, which lives on the event loop (no locks), and the one
   check every request passes first: is this group served here, now.
 
-Durable state goes through one ``StoreWriter`` onto a ``GroupStore``: committed offsets
-(answered only once durable), and the group's metadata when a rebalance completes (the
+Durable state goes through one ``StoreWriter`` onto a ``GroupStore``: committed offsets and
+transactions' pending offsets (answered only once durable), and the group's metadata when a rebalance completes (the
 leader's assignment is acknowledged only once stored, as Kafka does) or the group becomes
 empty. After a restart, groups come back Stable with their members and generation (each
 member must heartbeat within its session timeout) or Empty, and offsets come back as
-committed.
+committed, or pending until their transaction's marker arrives.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from shoal.groups.offsets import FetchedOffset, OffsetCommitEntry, OffsetManager
 from shoal.groups.rebalance import Rebalancer
 from shoal.groups.state import STORE_FAILURE, CoordinatorState
 from shoal.groups.timer import LoopTimer, Timer
+from shoal.groups.txn_offsets import TxnOffsetManager
 from shoal.groups.writer import RunBlocking, StoreWriter
 from shoal.store.groups import GroupStore
 
@@ -90,6 +93,7 @@ class GroupCoordinator:
         self._joiner = Joiner(self._state, self._rebalancer)
         self._membership = Membership(self._state, self._rebalancer)
         self._offsets = OffsetManager(self._state, self._rebalancer)
+        self._txn_offsets = TxnOffsetManager(self._state, store, run_blocking)
         self._admin = GroupAdmin(self._state)
         self._expiry = OffsetExpiry(self._state)
         self._loader = GroupLoader(self._state, self._rebalancer, store, self._writer, run_blocking)
@@ -104,6 +108,9 @@ class GroupCoordinator:
         self.commit_offsets = self._offsets.commit_offsets
         self.fetch_offsets = self._offsets.fetch_offsets
         self.delete_offsets = self._offsets.delete_offsets
+        self.txn_commit_offsets = self._txn_offsets.txn_commit_offsets  # TxnOffsetCommit
+        self.complete_transaction = self._txn_offsets.complete_transaction  # a marker on __consumer_offsets-<p>
+        self.has_pending = self._txn_offsets.has_pending
         self.describe_group = self._admin.describe_group
         self.list_groups = self._admin.list_groups
         self.delete_groups = self._admin.delete_groups

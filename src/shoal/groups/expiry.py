@@ -4,7 +4,10 @@ As in Kafka, an offset's retention counts from the moment its group became Empty
 its commit for a simple group (offsets only) or for a topic a Stable consumer group no
 longer subscribes to; the offsets of groups in any other state do not expire. An explicit
 OffsetCommit v2-4 retention time replaces that count. Offsets of deleted topics are dropped
-at the next check, and an Empty group left without offsets is deleted.
+at the next check (pending transactional ones too), and an Empty group left without offsets is
+deleted. As in Kafka, an offset does not expire while a transaction has an offset of its
+partition pending, nor is a group deleted while it has pending offsets: the transaction's commit
+would otherwise land on a partition (or a group) retention had just removed.
 """
 
 from __future__ import annotations
@@ -59,13 +62,16 @@ class OffsetExpiry:
             if not self._state.owns(group_id):
                 continue  # being handed to another broker (see GroupCoordinator.set_ownership): not ours to change
             offsets = self._state.offsets.get(group_id, {})
+            pending = self._state.pending.of(group_id)
             base = self._expiration_base(group)
             expired: list[tuple[str, int]] = []
             kept = False
             for key, offset in offsets.items():
                 if not self._state.is_live(offset):
                     expired.append(key)
-                elif base is None or group.is_subscribed_to_topic(offset.topic):
+                elif base is None or group.is_subscribed_to_topic(offset.topic) or any(
+                    key in by_partition for by_partition in pending.values()
+                ):
                     kept = True
                 elif (
                     now >= offset.expire_timestamp_ms
@@ -77,11 +83,21 @@ class OffsetExpiry:
                     kept = True
             for key in expired:
                 del offsets[key]
+            expired += sorted(
+                {
+                    key
+                    for by_partition in pending.values()
+                    for key, p in by_partition.items()
+                    if not self._state.is_live(p.offset) and key not in offsets
+                }.difference(expired)
+            )
+            # DeleteOffsets drops the partitions' pending offsets as well, in the store and here.
+            self._state.pending.drop(group_id, expired)
             if expired:
                 removed_count += len(expired)
                 mutations.append(DeleteOffsets(group_id, tuple(expired)))
                 log.info("expired %d offsets of group %s", len(expired), group_id)
-            if group.is_in(GroupState.EMPTY) and not kept:
+            if group.is_in(GroupState.EMPTY) and not kept and not self._state.pending.has_group(group_id):
                 log.info("group %s is empty and has no offsets left: deleting it", group_id)
                 self._state.forget_group(group)
                 mutations.append(DeleteGroup(group_id))

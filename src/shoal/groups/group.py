@@ -305,8 +305,11 @@ class ClassicGroup:
         return None
 
     def validate_offset_commit(
-        self, member_id: str, group_instance_id: str | None, generation_id: int
+        self, member_id: str, group_instance_id: str | None, generation_id: int, *, transactional: bool = False
     ) -> ErrorCode | None:
+        """Kafka's ClassicGroup.validateOffsetCommit. A transactional commit (TxnOffsetCommit) may come
+        without member id and generation (v0-2 have none) and is not refused while the group completes
+        a rebalance: the group's state does not bind a transaction."""
         if self.state is GroupState.DEAD:
             return ErrorCode.coordinator_not_available
         if generation_id < 0 and self.state is GroupState.EMPTY:
@@ -318,9 +321,9 @@ class ClassicGroup:
                 return error
             if generation_id != self.generation_id:
                 return ErrorCode.illegal_generation
-        elif self.state is not GroupState.EMPTY:
+        elif not transactional and self.state is not GroupState.EMPTY:
             return ErrorCode.unknown_member_id
-        if self.state is GroupState.COMPLETING_REBALANCE:
+        if not transactional and self.state is GroupState.COMPLETING_REBALANCE:
             return ErrorCode.rebalance_in_progress
         return None
 

@@ -30,7 +30,7 @@ from shoal.groups.rebalance import Rebalancer
 from shoal.groups.state import CoordinatorState
 from shoal.groups.stored import group_from_store
 from shoal.groups.writer import RunBlocking, StoreWriter
-from shoal.store.groups import CommittedOffset, GroupStore
+from shoal.store.groups import CommittedOffset, GroupStore, PendingOffset
 
 log = logging.getLogger(__name__)
 
@@ -107,11 +107,17 @@ class GroupLoader:
             )
 
     async def _load(self, wanted: Ownership) -> None:
-        """Bring the stored groups ``wanted`` accepts into memory, with their offsets, unless already there."""
+        """Bring the stored groups ``wanted`` accepts into memory, with their committed and pending offsets,
+        unless already there. A group known only by its offsets (committed or pending) comes back as a
+        simple group, as Kafka's replay of an offset commit creates one."""
         state = self._state
         stored_groups, stored_offsets = await self._run_blocking(self._store.load)
+        # A second read, not the same snapshot: only a group's owner writes it, and the groups read here
+        # are owned by no one else now (a previous owner flushed its writes before letting them go).
+        stored_pending = await self._run_blocking(self._store.load_pending)
         groups: dict[str, ClassicGroup] = {}
         offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
+        pending: dict[str, list[PendingOffset]] = {}
         for stored in stored_groups:
             if wanted(stored.group_id) and stored.group_id not in state.groups:
                 groups[stored.group_id] = group_from_store(stored)
@@ -121,8 +127,16 @@ class GroupLoader:
             if group_id not in groups:
                 groups[group_id] = state.new_group(group_id)
             offsets[group_id] = {(o.topic, o.partition): o for o in committed}
+        for group_id, entries in stored_pending.items():
+            if not wanted(group_id) or group_id in state.groups:
+                continue
+            if group_id not in groups:
+                groups[group_id] = state.new_group(group_id)
+            pending[group_id] = entries
         state.groups.update(groups)
         state.offsets.update(offsets)
+        for group_id, entries in pending.items():
+            state.pending.put(group_id, entries)
         max_size = state.config.max_size
         for group in groups.values():
             for member in group.members.values():
@@ -134,6 +148,6 @@ class GroupLoader:
                     f"{max_size}; rebalancing so consumers can commit offsets",
                 )
         log.info(
-            "group coordinator loaded %d groups and %d committed offsets",
-            len(groups), sum(len(o) for o in offsets.values()),
+            "group coordinator loaded %d groups, %d committed offsets and %d pending transactional offsets",
+            len(groups), sum(len(o) for o in offsets.values()), sum(len(p) for p in pending.values()),
         )

@@ -3,6 +3,8 @@
 A commit is answered only once durable (through the coordinator's one ``StoreWriter``),
 and only then is it visible to OffsetFetch. Offsets are kept per group whatever its
 state: a "simple" group (manual assignment, the admin client) uses Kafka only to store them.
+Transactional commits (``txn_offsets.py``) show here only as OffsetFetch's UNSTABLE_OFFSET_COMMIT
+for ``require_stable``, and as pending offsets that a plain commit supersedes and OffsetDelete drops.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class FetchedOffset:
     offset: int  # -1: none committed
     leader_epoch: int
     metadata: str
+    #: UNSTABLE_OFFSET_COMMIT when ``require_stable`` and a transaction has a pending offset of the partition.
+    error: ErrorCode = ErrorCode.none
 
 
 class OffsetManager:
@@ -115,14 +119,19 @@ class OffsetManager:
         offsets = self._state.offsets.setdefault(group_id, {})
         for record in records:
             offsets[(record.topic, record.partition)] = record
+        # As the store does: a plain commit is the latest write of its partitions, so a transaction's
+        # offset pending before it no longer applies when that transaction commits (Kafka's rule).
+        self._state.pending.supersede(group_id, ((r.topic, r.partition) for r in records))
 
     # -- OffsetFetch -------------------------------------------------------------------------------
     def fetch_offsets(
-        self, group_id: str, partitions: Sequence[tuple[str, int]] | None
+        self, group_id: str, partitions: Sequence[tuple[str, int]] | None, *, require_stable: bool = False
     ) -> tuple[ErrorCode, list[FetchedOffset]]:
         """The committed offsets of the partitions (or of every partition with one, for None).
 
         Offsets are returned whatever the group's state: the group may use Kafka only to store them.
+        With ``require_stable`` (OffsetFetch v7+) a partition with a transaction's offset pending answers
+        UNSTABLE_OFFSET_COMMIT (offset -1) instead, as Kafka does: the consumer retries until it settles.
         """
         unavailable = self._state.unavailable(group_id)
         if unavailable is not None:
@@ -130,16 +139,25 @@ class OffsetManager:
         group = self._state.groups.get(group_id)
         known = group is not None and not group.is_in(GroupState.DEAD)
         offsets = self._state.offsets.get(group_id, {}) if known else {}
+        pending = self._state.pending
+
+        def unstable(topic: str, partition: int) -> bool:
+            return require_stable and pending.has(group_id, topic, partition)
+
         if partitions is None:
             return ErrorCode.none, [
-                FetchedOffset(o.topic, o.partition, o.offset, o.leader_epoch, o.metadata)
+                FetchedOffset(o.topic, o.partition, -1, -1, "", ErrorCode.unstable_offset_commit)
+                if unstable(o.topic, o.partition)
+                else FetchedOffset(o.topic, o.partition, o.offset, o.leader_epoch, o.metadata)
                 for _, o in sorted(offsets.items())
                 if self._state.is_live(o)
             ]
         fetched = []
         for topic, partition in partitions:
             o = offsets.get((topic, partition))
-            if o is None or not self._state.is_live(o):
+            if unstable(topic, partition):
+                fetched.append(FetchedOffset(topic, partition, -1, -1, "", ErrorCode.unstable_offset_commit))
+            elif o is None or not self._state.is_live(o):
                 fetched.append(FetchedOffset(topic, partition, -1, -1, ""))
             else:
                 fetched.append(FetchedOffset(topic, partition, o.offset, o.leader_epoch, o.metadata))
@@ -163,6 +181,7 @@ class OffsetManager:
         results: dict[tuple[str, int], ErrorCode] = {}
         removed: list[tuple[str, int]] = []
         offsets = self._state.offsets.get(group_id, {})
+        pending = self._state.pending.partitions(group_id)
         for topic, partitions in topics:
             subscribed = group.is_subscribed_to_topic(topic)
             for partition in partitions:
@@ -170,11 +189,15 @@ class OffsetManager:
                     results[(topic, partition)] = ErrorCode.group_subscribed_to_topic
                     continue
                 results[(topic, partition)] = ErrorCode.none
-                if offsets.pop((topic, partition), None) is not None:
+                # Kafka writes the tombstone when the partition has a committed or a pending offset;
+                # it drops both (the pending ones once durable, in the order the store applies it).
+                if offsets.pop((topic, partition), None) is not None or (topic, partition) in pending:
                     removed.append((topic, partition))
         if removed:
             try:
-                await self._state.writer.submit([DeleteOffsets(group_id, tuple(removed))])
+                await self._state.writer.submit(
+                    [DeleteOffsets(group_id, tuple(removed))], lambda: self._state.pending.drop(group_id, removed)
+                )
             except StoreWriteError:
                 return STORE_FAILURE, {}
             log.info("deleted offsets of group %s: %s", group_id, removed)

@@ -1,5 +1,5 @@
-"""What every part of the group coordinator shares: the groups, their committed offsets, which groups
-this broker owns, the clock, the timers and the store writer.
+"""What every part of the group coordinator shares: the groups, their committed offsets and pending
+transactional offsets, which groups this broker owns, the clock, the timers and the store writer.
 
 All of it lives on the event loop and only code running there (request handlers, timer
 callbacks, completed writes) changes it, so no locks are needed. Every request path asks
@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from shoal.groups.config import GroupConfig
 from shoal.groups.group import ClassicGroup, GroupState, JoinResponse, SyncResponse
+from shoal.groups.pending import PendingOffsets
 from shoal.groups.stored import stored_group
 from shoal.groups.timer import Timer
 from shoal.groups.writer import StoreWriter
@@ -57,6 +58,8 @@ class CoordinatorState:
         self.topic_id_of = topic_id_of
         self.groups: dict[str, ClassicGroup] = {}
         self.offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
+        #: TxnOffsetCommit offsets awaiting their transaction's marker.
+        self.pending = PendingOffsets()
         #: Loaded and not closed: requests are served only while set.
         self.active = False
         #: The groups this broker coordinates (in a cluster, those of the offsets partitions it leads).
@@ -89,10 +92,12 @@ class CoordinatorState:
         return current is not None and (offset.topic_id is None or offset.topic_id == current)
 
     def forget_group(self, group: ClassicGroup) -> None:
-        """Drop the group, its offsets and its deadlines from memory (the caller deletes it from the store)."""
+        """Drop the group, its offsets (committed and pending) and its deadlines from memory (the caller
+        deletes it from the store, or another broker takes it over)."""
         group.transition_to(GroupState.DEAD, self.now_ms())
         del self.groups[group.group_id]
         self.offsets.pop(group.group_id, None)
+        self.pending.forget(group.group_id)
         self.cancel_deadlines(group)
 
     def cancel_deadlines(self, group: ClassicGroup) -> None:

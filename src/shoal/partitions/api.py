@@ -296,3 +296,35 @@ class PartitionKind(Protocol):
     async def delete_topic(self, topic: TopicImage) -> None: ...
 
     def topic_config_changed(self, topic: TopicImage) -> None: ...
+
+    async def describe_producers(self, partitions: Sequence[PartitionRef]) -> list[ProducersOutcome]:
+        """DescribeProducers (KIP-664): the producers this broker's replica of each partition knows."""
+        ...
+
+
+# ---------------------------------------------------------------------------- producer state
+
+
+@dataclass(frozen=True, slots=True)
+class ActiveProducer:
+    """One producer a partition's log remembers, as DescribeProducers answers it (Kafka's
+    ``ProducerState``): what ``kafka-transactions.sh`` shows to find and abort hanging transactions."""
+
+    producer_id: int
+    producer_epoch: int
+    #: The last sequence number of its last batch (-1: none kept, e.g. after a bumped epoch).
+    last_sequence: int = -1
+    last_timestamp: int = -1
+    #: The epoch of the transaction coordinator that wrote its last marker (-1: none yet).
+    coordinator_epoch: int = -1
+    #: The first offset of its ongoing transaction (-1: none), what ``abort --start-offset`` names.
+    current_txn_start_offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ProducersOutcome:
+    """One partition's DescribeProducers answer."""
+
+    error: ErrorCode
+    message: str | None = None
+    producers: tuple[ActiveProducer, ...] = ()

@@ -20,6 +20,7 @@ from shoal.classic.log_results import TimestampAndOffset
 from shoal.classic.replica_manager import ReplicaManager
 from shoal.metadata.image import MetadataImage, TopicImage
 from shoal.partitions.api import (
+    ActiveProducer,
     AppendOutcome,
     DeleteOutcome,
     EpochEndOutcome,
@@ -30,6 +31,7 @@ from shoal.partitions.api import (
     PartitionRef,
     PartitionState,
     ProduceOptions,
+    ProducersOutcome,
     ReadOutcome,
     ValidatedRecords,
 )
@@ -412,6 +414,38 @@ class ClassicPartitions:
 
     async def alter_log_dir(self, partition: PartitionRef, log_dir: str) -> None:
         await self.replicas.alter_log_dir(partition.name, partition.partition, log_dir)
+
+    # -------------------------------------------------------------------------- producer state
+
+    async def describe_producers(self, partitions: Sequence[PartitionRef]) -> list[ProducersOutcome]:
+        """The producers each local replica's log knows, leader or follower alike (Kafka's
+        ``Partition.activeProducerState``: ``describe-producers --broker-id`` asks a follower).
+        No replica here is NOT_LEADER_OR_FOLLOWER, one on a failed dir KAFKA_STORAGE_ERROR.
+
+        Read on the event loop, where appends and markers change the state. Worker threads change
+        it too, under the log's lock (producer expiry removes entries, a follower's truncation
+        reloads them); the log has no locked view of it, so the map is copied in one step (atomic
+        under the GIL) and the answer is a snapshot that may be a moment old."""
+        outcomes = []
+        for ref in partitions:
+            try:
+                log_ = self.replicas.get(ref.name, ref.partition)
+            except KafkaError as exc:
+                if exc.code == ErrorCode.unknown_topic_or_partition:  # in the image, not hosted here
+                    exc = KafkaError(
+                        ErrorCode.not_leader_or_follower,
+                        f"This broker has no replica of {ref.name}-{ref.partition}",
+                    )
+                outcomes.append(ProducersOutcome(exc.code, exc.message))
+                continue
+            entries = list(log_.producer_state.producers.values())
+            producers = tuple(
+                ActiveProducer(e.producer_id, e.producer_epoch, e.last_seq, e.last_timestamp, e.coordinator_epoch,
+                               e.current_txn_first_offset)
+                for e in sorted(entries, key=lambda e: e.producer_id)
+            )
+            outcomes.append(ProducersOutcome(ErrorCode.none, producers=producers))
+        return outcomes
 
 
 def _stable(log_: PartitionLog, high_watermark: int) -> int:

@@ -38,6 +38,7 @@ from shoal.partitions.api import (
     PartitionRef,
     PartitionState,
     ProduceOptions,
+    ProducersOutcome,
     ReadOutcome,
     ValidatedRecords,
 )
@@ -355,6 +356,12 @@ class DisklessPartitions:
         """Any broker serves every diskless partition; the replicas placed here keep caches."""
         if self._caches is not None:
             await self._caches.publish(image)
+
+    async def describe_producers(self, partitions: Sequence[PartitionRef]) -> list[ProducersOutcome]:
+        """No producers, from any broker. The Batch Coordinator keeps each idempotent producer's last
+        batches per partition, but KIP-1164's interface has no read of them, and diskless partitions
+        take no transactions (so none can hang, which is what DescribeProducers is asked to find)."""
+        return [ProducersOutcome(ErrorCode.none) for _ in partitions]
 
 
 async def _none() -> None:

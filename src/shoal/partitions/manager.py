@@ -33,6 +33,7 @@ from shoal.partitions.api import (
     PartitionRef,
     PartitionState,
     ProduceOptions,
+    ProducersOutcome,
     ReadOutcome,
     ReadRequest,
     TxnMarker,
@@ -40,6 +41,12 @@ from shoal.partitions.api import (
 )
 from shoal.partitions.classic import ClassicPartitions
 from shoal.partitions.notify import CommitNotifier
+from shoal.partitions.transactions import (
+    GROUP_METADATA_TOPIC,
+    GroupMarkers,
+    TransactionGate,
+    VerifyTransaction,
+)
 from shoal.partitions.validation import RecordValidator, TopicRules
 from shoal.protocol.errors import ErrorCode, KafkaError, RecordValidationError
 
@@ -55,11 +62,6 @@ _background: set[asyncio.Future[Any]] = set()
 T = TypeVar("T")
 Outcome = TypeVar("Outcome")
 
-#: Kafka's internal offsets topic: the transaction coordinator sends it markers to complete a
-#: TxnOffsetCommit, which Kafka's group coordinator handles. Shoal's group offsets are not in
-#: such a partition and transactional offset commits are not supported yet: those markers are
-#: UNKNOWN_TOPIC_OR_PARTITION (retriable for the coordinator) until they are.
-GROUP_METADATA_TOPIC = "__consumer_offsets"
 
 
 def unknown_partition(topic: str, partition: int) -> KafkaError:
@@ -93,6 +95,12 @@ class Partitions:
         self._publish_lock = asyncio.Lock()
         #: Per partition, the last append still waiting for its validation (arrival order).
         self._append_tails: dict[tuple[Any, int], asyncio.Future[None]] = {}
+        self._transactions = TransactionGate()
+
+    def serve_transactions(self, verify: VerifyTransaction, group_markers: GroupMarkers) -> None:
+        """Accept transactional batches (verified with ``verify``) and route markers for
+        ``__consumer_offsets`` partitions to the group coordinator (``group_markers``)."""
+        self._transactions.serve(verify, group_markers)
 
     # ------------------------------------------------------------------------------- lifecycle
 
@@ -216,8 +224,6 @@ class Partitions:
             waits.append(None)
             sizes.append((request.topic, 0, 0))
             try:
-                if options.transactional_id is not None:
-                    raise KafkaError(ErrorCode.invalid_request, "Transactions are not supported by this Shoal version yet")
                 if options.acks not in (0, 1, -1):
                     raise KafkaError(ErrorCode.invalid_required_acks, f"acks={options.acks} is not one of 0, 1, -1")
                 ref = self.resolve(image, request.topic, request.partition)
@@ -225,9 +231,9 @@ class Partitions:
                     ref.topic, ref.partition, request.records, options.produce_version
                 )
                 if isinstance(validated, ValidatedRecords):
-                    self._refuse_transactional(validated)
+                    self._transactions.check(ref, validated)
                     sizes[-1] = (request.topic, validated.size, validated.count)
-                    if ref.wake_key not in self._append_tails:
+                    if ref.wake_key not in self._append_tails and self._transactions.verified_already(ref, validated, options):
                         waits[-1] = self.kind_of(ref.topic).append(ref, validated, options)
                         continue
                 waits[-1] = self._append_in_order(ref, validated, outcome, sizes, len(sizes) - 1, options)
@@ -269,10 +275,12 @@ class Partitions:
             try:
                 try:
                     records = validated if isinstance(validated, ValidatedRecords) else await validated
-                    self._refuse_transactional(records)
+                    self._transactions.check(ref, records)
+                    guard = await self._transactions.verify(ref, records, options)
                 finally:
                     if previous is not None:
                         await previous
+                self._transactions.check_guard(ref, guard)
                 sizes[index] = (ref.name, records.size, records.count)
                 wait = self.kind_of(ref.topic).append(ref, records, options)
             except KafkaError as exc:
@@ -290,14 +298,6 @@ class Partitions:
         _background.add(task)
         task.add_done_callback(_background.discard)
         return task
-
-    @staticmethod
-    def _refuse_transactional(records: ValidatedRecords) -> None:
-        for _, batch in records.batches:
-            if batch.is_transactional:
-                raise KafkaError(
-                    ErrorCode.invalid_record, "Transactional batches are not supported by this Shoal version yet"
-                )
 
     @staticmethod
     def _refused(topic: str, partition: int, options: ProduceOptions, outcome: AppendOutcome, exc: KafkaError) -> None:
@@ -455,14 +455,16 @@ class Partitions:
     ) -> list[AppendOutcome]:
         """WriteTxnMarkers: append each (topic, partition, marker) on this broker, the partition's
         leader (NOT_LEADER_OR_FOLLOWER otherwise), answered per partition once the ISR has it."""
-        resolved = self._resolve_all(markers)
-        for i, (topic, partition, marker) in enumerate(markers):
+        resolved = self._resolve_all([m for m in markers if m[0] != GROUP_METADATA_TOPIC])
+        for i, (topic, _, marker) in enumerate(markers):
             if topic == GROUP_METADATA_TOPIC:
-                resolved[i] = KafkaError(
-                    ErrorCode.unknown_topic_or_partition,
-                    f"Transaction markers for {topic}-{partition} (transactional offset commits) are not supported yet",
-                )
-            elif marker.transaction_version < 0 and not isinstance(resolved[i], KafkaError):
+                # Answered below by the group coordinator; a placeholder keeps the order.
+                resolved.insert(i, KafkaError(ErrorCode.unknown_topic_or_partition))
+                continue
+            if not isinstance(resolved[i], KafkaError):
+                # The transaction ends here: the next transactional batch is verified again.
+                self._transactions.marker_written(resolved[i][0], marker.producer_id)
+            if marker.transaction_version < 0 and not isinstance(resolved[i], KafkaError):
                 resolved[i] = KafkaError(
                     ErrorCode.invalid_request, f"Transaction version {marker.transaction_version} is not one"
                 )
@@ -474,6 +476,9 @@ class Partitions:
             ),
             lambda exc: AppendOutcome().fail(exc.code, exc.message),
         )
+        for i, (topic, partition, marker) in enumerate(markers):
+            if topic == GROUP_METADATA_TOPIC:
+                outcomes[i] = await self._transactions.group_marker(partition, marker)
         for (topic, partition, marker), outcome in zip(markers, outcomes, strict=True):
             if outcome.error != ErrorCode.none:
                 log.info(
@@ -559,6 +564,26 @@ class Partitions:
                 ErrorCode.invalid_request, f"{topic} is {self.describe_kind(ref.topic)}: its data is in object storage"
             )
         await self._classic.alter_log_dir(ref, log_dir)
+
+    # -------------------------------------------------------------------------- producer state
+
+    async def describe_producers(self, partitions: Sequence[tuple[str, int]]) -> list[ProducersOutcome]:
+        """DescribeProducers: the producers each (topic, partition) log knows on this broker. Not
+        only the leader answers: as in Kafka, any replica does (the tools' ``--broker-id``), so
+        there is no ``check_serving`` here; a partition the image lacks is UNKNOWN_TOPIC_OR_PARTITION."""
+        image = self._image()
+        resolved: list[tuple[PartitionRef, None] | KafkaError] = []
+        for topic, partition in partitions:
+            found = image.topic(topic)
+            if found is None or partition not in found.partitions:
+                resolved.append(unknown_partition(topic, partition))
+            else:
+                resolved.append((PartitionRef(found, partition), None))
+        return await self._by_kind(
+            resolved,
+            lambda kind, items: kind.describe_producers([ref for ref, _ in items]),
+            lambda exc: ProducersOutcome(exc.code, exc.message),
+        )
 
 
 def check_leader_epoch(ref: PartitionRef, current_leader_epoch: int) -> KafkaError | None:

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from shoal.pipeline.isolation import READ_UNCOMMITTED
 from shoal.pipeline.storage_read import DataLossError, StoredRecord
 from shoal.pipeline.topics import PartitionSource
 
@@ -25,7 +26,11 @@ class BrokerRangeReader:
     """One librdkafka consumer per task (or per driver lookup); ``close`` it after."""
 
     def __init__(
-        self, bootstrap_servers: str, kafka_conf: Mapping[str, str], poll_timeout_ms: int = 120_000
+        self,
+        bootstrap_servers: str,
+        kafka_conf: Mapping[str, str],
+        poll_timeout_ms: int = 120_000,
+        isolation_level: str = READ_UNCOMMITTED,
     ) -> None:
         from confluent_kafka import Consumer
 
@@ -33,9 +38,12 @@ class BrokerRangeReader:
             "bootstrap.servers": bootstrap_servers,
             # librdkafka wants a group id even for manual assignment; it is never joined.
             "group.id": f"shoal-spark-{uuid.uuid4().hex[:12]}",
-            # Kafka's (and so Spark's) consumer default; librdkafka's own is read_committed.
-            "isolation.level": "read_uncommitted",
             **kafka_conf,
+            # Always explicit: Kafka's (and Spark's) default is read_uncommitted, librdkafka's own is
+            # read_committed. With read_committed the broker skips aborted transactions, and the
+            # watermark query answers the last stable offset as the high end (librdkafka >= 1.7.1),
+            # so the planned ends never pass what this consumer can read.
+            "isolation.level": isolation_level,
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "enable.partition.eof": True,
@@ -62,7 +70,8 @@ class BrokerRangeReader:
         return sorted(info.partitions)
 
     def bounds(self, src: PartitionSource) -> tuple[int, int]:
-        """(low, high) watermarks, asked of the partition leader."""
+        """(low, high) watermarks, asked of the partition leader; with ``read_committed`` the high
+        end is the last stable offset (ListOffsets with the consumer's isolation level)."""
         from confluent_kafka import TopicPartition
 
         low, high = self._consumer.get_watermark_offsets(

@@ -38,17 +38,23 @@ class OffsetLookup:
         if src.via == STORAGE:
             if self._storage is None:
                 assert self._opts.store is not None and self._opts.storage_url
-                self._storage = DisklessRangeReader(self._opts.store, self._opts.storage_url)
+                self._storage = DisklessRangeReader(
+                    self._opts.store, self._opts.storage_url, read_committed=self._opts.read_committed
+                )
             return self._storage
         if self._broker is None:
             assert self._opts.bootstrap_servers
             self._broker = BrokerRangeReader(
-                self._opts.bootstrap_servers, self._opts.kafka_conf, self._opts.poll_timeout_ms
+                self._opts.bootstrap_servers,
+                self._opts.kafka_conf,
+                self._opts.poll_timeout_ms,
+                self._opts.isolation_level,
             )
         return self._broker
 
     def bounds(self, src: PartitionSource) -> tuple[int, int]:
-        """(log start offset, high watermark)."""
+        """(log start offset, high watermark); the last stable offset instead of the high
+        watermark with ``read_committed``, so latest, streaming ends and exports stop there."""
         return self._for(src).bounds(src)
 
     def offset_for_timestamp(self, src: PartitionSource, target: int) -> int | None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from shoal.config import Config
 from shoal.pipeline.errors import OptionError
+from shoal.pipeline.isolation import ISOLATION_LEVELS, READ_COMMITTED, READ_UNCOMMITTED
 from shoal.pipeline.stores import find_store_config
 from shoal.store.factory import object_storage_url
 
@@ -122,6 +123,12 @@ class ReadOptions:
     read_via: str = "auto"
     kafka_conf: Mapping[str, str] = field(default_factory=dict)
     poll_timeout_ms: int = 120_000
+    #: ``kafka.isolation.level``: ``read_uncommitted`` (Kafka's and Spark's default) or ``read_committed``.
+    isolation_level: str = READ_UNCOMMITTED
+
+    @property
+    def read_committed(self) -> bool:
+        return self.isolation_level == READ_COMMITTED
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +295,17 @@ def _kafka_conf(opts: Mapping[str, str]) -> tuple[str | None, dict[str, str]]:
     return bootstrap, conf
 
 
+def _isolation_level(kafka_conf: dict[str, str]) -> str:
+    """``kafka.isolation.level``, taken out of the consumer settings: the source applies it itself
+    (storage reads filter by it, broker reads give it to their consumer) and it means nothing to
+    the admin client that lists topics."""
+    raw = kafka_conf.pop("isolation.level", READ_UNCOMMITTED)
+    level = raw.strip().lower()
+    if level not in ISOLATION_LEVELS:
+        raise OptionError(f"kafka.isolation.level must be {' or '.join(ISOLATION_LEVELS)}, got {raw!r}")
+    return level
+
+
 def parse_read_options(opts: Mapping[str, str], *, streaming: bool) -> ReadOptions:
     """Validate the reader options the way Spark's Kafka source does; keys are case-insensitive."""
     lowered = {str(k).lower(): v for k, v in opts.items()}
@@ -309,6 +327,7 @@ def parse_read_options(opts: Mapping[str, str], *, streaming: bool) -> ReadOptio
         ):
             raise OptionError("endingOffsets can't be earliest (-2) for batch queries")
     bootstrap, kafka_conf = _kafka_conf(lowered)
+    isolation_level = _isolation_level(kafka_conf)
     read_via = str(lowered.get("shoal.readvia", "auto")).strip().lower()
     if read_via not in _READ_VIA:
         raise OptionError(f"shoal.readVia must be one of {', '.join(_READ_VIA)}, got {read_via!r}")
@@ -354,6 +373,7 @@ def parse_read_options(opts: Mapping[str, str], *, streaming: bool) -> ReadOptio
         read_via=read_via,
         kafka_conf=kafka_conf,
         poll_timeout_ms=_int_or(lowered, "kafkaConsumer.pollTimeoutMs", 120_000, minimum=1),
+        isolation_level=isolation_level,
     )
 
 

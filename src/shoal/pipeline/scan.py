@@ -1,5 +1,8 @@
 """What one Spark task does for one input range: read it and hand Spark Arrow batches.
 
+Both readers apply the read's ``kafka.isolation.level``: transaction markers never become rows,
+and with ``read_committed`` neither do records of aborted transactions.
+
 No pyspark here: the function runs the same inside an executor's Python worker and in a
 plain test, and opens everything it needs (coordinator, object storage or a consumer)
 itself, because only picklable plain values travel from the driver.
@@ -26,10 +29,14 @@ def scan_range(opts: ReadOptions, rng: ReadRange) -> Iterator[pa.RecordBatch]:
     src = rng.source
     if src.via == STORAGE:
         assert opts.store is not None and opts.storage_url
-        reader: DisklessRangeReader | BrokerRangeReader = DisklessRangeReader(opts.store, opts.storage_url)
+        reader: DisklessRangeReader | BrokerRangeReader = DisklessRangeReader(
+            opts.store, opts.storage_url, read_committed=opts.read_committed
+        )
     else:
         assert opts.bootstrap_servers
-        reader = BrokerRangeReader(opts.bootstrap_servers, opts.kafka_conf, opts.poll_timeout_ms)
+        reader = BrokerRangeReader(
+            opts.bootstrap_servers, opts.kafka_conf, opts.poll_timeout_ms, opts.isolation_level
+        )
     buffer = RowBuffer(src.topic, src.partition, opts.include_headers)
     try:
         for chunk in reader.read(src, rng.start, rng.end, fail_on_data_loss=opts.fail_on_data_loss):

@@ -169,6 +169,10 @@ class ShoalBatchReader(DataSourceReader):
                 raise OptionError(
                     f"{tp[0]}-{tp[1]}: the starting offset {start} is after the ending offset {ends[tp]}"
                 )
+        if opts.read_committed:
+            # Given ending offsets too stop at the last stable offset: past it lie transactions
+            # still open, which a READ_COMMITTED consumer cannot read either.
+            ends = {tp: max(starts[tp], min(end, bounds[tp][1])) for tp, end in ends.items()}
         ranges = plan_ranges(
             sources,
             starts,
@@ -188,7 +192,9 @@ class ShoalStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     Partitions that appear while the query runs are read from their earliest offset, like
     Spark's Kafka source. ``Trigger.AvailableNow`` fixes the end at the offsets of the moment
-    the query starts (``prepareForTriggerAvailableNow``).
+    the query starts (``prepareForTriggerAvailableNow``). With ``kafka.isolation.level=read_committed``
+    every end is at most the partition's last stable offset (``OffsetLookup.bounds``), so a
+    micro-batch never plans offsets of a transaction still open.
     """
 
     def __init__(self, opts: ReadOptions) -> None:

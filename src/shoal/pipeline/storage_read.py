@@ -12,6 +12,12 @@ them, on the same object storage (``tiered_read``), and the read goes on with th
 batches after the segment's end. A WAL object or segment deleted meanwhile is data loss when
 the log start moved past it (``failOnDataLoss``); a WAL object emptied by tiering sends the read
 to the segment now holding its offsets.
+
+Isolation (``isolation``): control batches (transaction markers) never give rows, and are not even
+fetched when the coordinator's flags say what they are. With ``read_committed`` the high end of a
+partition is its last stable offset, and each read takes the partition's aborted transactions from
+the coordinator before it looks up any batch, then drops the batches of aborted transactions whole
+(WAL batches before their GET, tiered ones before decoding).
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from shoal.coordinator.api import (
 from shoal.objects.factory import open_object_storage
 from shoal.objects.ranges import coalesce_ranges
 from shoal.objects.storage import ByteRange, ObjectNotFoundError, ObjectStorage
+from shoal.pipeline.isolation import CONTROL_ONLY, BatchFilter
 from shoal.pipeline.stores import open_coordinator
 from shoal.pipeline.tiered_read import RemoteSegments, SegmentReader, StoredRecord
 from shoal.pipeline.topics import PartitionSource
@@ -60,7 +67,7 @@ class DataLossError(RuntimeError):
 @dataclass(frozen=True, slots=True)
 class _Step:
     offset: int  # the first offset this step must return
-    batches: list[BatchInfo]
+    batches: list[BatchInfo]  # the batches to fetch and decode (markers and aborted ones left out)
     next_offset: int
 
 
@@ -84,9 +91,13 @@ class DisklessRangeReader:
     """Opens the coordinator (read-only use) and the object storage once per task; ``close`` them after.
 
     The remote segment metadata of tiered topics is opened only when a read reaches tiered data.
+    ``read_committed``: Kafka's READ_COMMITTED (see the module docstring).
     """
 
-    def __init__(self, store: Config, storage_url: str, *, chunk_bytes: int = CHUNK_BYTES) -> None:
+    def __init__(
+        self, store: Config, storage_url: str, *, chunk_bytes: int = CHUNK_BYTES, read_committed: bool = False
+    ) -> None:
+        self._read_committed = read_committed
         self._coordinator = open_coordinator(store)
         self._storage: ObjectStorage = open_object_storage(storage_url)
         self._chunk_bytes = chunk_bytes
@@ -115,11 +126,27 @@ class DisklessRangeReader:
     # ------------------------------------------------------------------ offsets
 
     def bounds(self, src: PartitionSource) -> tuple[int, int]:
-        """(log start offset, high watermark) of a diskless partition (tiered offsets included)."""
+        """(log start offset, high watermark) of a diskless partition (tiered offsets included);
+        with ``read_committed`` the high end is the last stable offset, as a READ_COMMITTED
+        consumer's end offset is: what every planned end (latest, streaming) is bounded by."""
         info = self._coordinator.get_log_info(src.topic_uuid(), src.partition)
         if info is None:
             raise _data_loss(f"{src.topic}-{src.partition} is unknown to the Batch Coordinator")
-        return info[0], info[1]
+        if not self._read_committed:
+            return info[0], info[1]
+        state = self._coordinator.transaction_state(src.topic_uuid(), src.partition)
+        if state is None:
+            raise _data_loss(f"{src.topic}-{src.partition} is unknown to the Batch Coordinator")
+        return info[0], state[0]  # from a later snapshot: never below info's log start
+
+    def batch_filter(self, src: PartitionSource) -> BatchFilter:
+        """What a read of ``src`` keeps: every data batch (``read_uncommitted``), or those of no
+        aborted transaction, from the coordinator now (one snapshot; an unknown partition keeps
+        everything, the read then finds it gone)."""
+        if not self._read_committed:
+            return CONTROL_ONLY
+        state = self._coordinator.transaction_state(src.topic_uuid(), src.partition)
+        return CONTROL_ONLY if state is None else BatchFilter(state[1])
 
     def offset_for_timestamp(self, src: PartitionSource, target: int) -> int | None:
         """Kafka's ListOffsets by timestamp: the first offset whose timestamp is >= ``target``, or None.
@@ -152,9 +179,10 @@ class DisklessRangeReader:
                 starts.append(max(first.start_offset, earliest.offset))
         if not starts:
             return None
-        log_start, high_watermark = self.bounds(src)
+        log_start, high_watermark = self.bounds(src)  # read_committed: the LSO, as Kafka bounds the answer
         first_offset = max(min(starts), log_start)
-        for records in self.read(src, first_offset, high_watermark, fail_on_data_loss=False):
+        # Any data record answers, an aborted one too: Kafka's time index does not know transactions.
+        for records in self._read(src, first_offset, high_watermark, False, CONTROL_ONLY):
             for rec in records:
                 if rec[1] >= target:
                     return rec[0]
@@ -165,26 +193,39 @@ class DisklessRangeReader:
     def read(
         self, src: PartitionSource, start: int, end: int, *, fail_on_data_loss: bool = True
     ) -> Iterator[list[StoredRecord]]:
-        """The records with ``start <= offset < end``, in offset order, in chunks (control records skipped).
+        """The records with ``start <= offset < end``, in offset order, in chunks (control records
+        skipped; with ``read_committed`` aborted transactions too).
 
         Alternates between the coordinator's batches and tiered segments as the coordinator
         says where the offsets are.
         """
+        # Taken before any batch is looked up: an aborted transaction is forgotten only once the
+        # log start passed its marker, and the coordinator then refuses its offsets to this read.
+        keep = self.batch_filter(src) if start < end else CONTROL_ONLY
+        yield from self._read(src, start, end, fail_on_data_loss, keep)
+
+    def _read(
+        self, src: PartitionSource, start: int, end: int, fail_on_data_loss: bool, keep: BatchFilter
+    ) -> Iterator[list[StoredRecord]]:
         offset: int | None = start
         while offset is not None and offset < end:
-            offset = yield from self._read_local(src, offset, end, fail_on_data_loss)
+            offset = yield from self._read_local(src, offset, end, fail_on_data_loss, keep)
             if offset is not None and offset < end:
-                offset = yield from self._read_tiered(src, offset, end, fail_on_data_loss)
+                offset = yield from self._read_tiered(src, offset, end, fail_on_data_loss, keep)
 
-    def _read_local(self, src: PartitionSource, start: int, end: int, fail_on_data_loss: bool) -> _Part:
+    def _read_local(
+        self, src: PartitionSource, start: int, end: int, fail_on_data_loss: bool, keep: BatchFilter
+    ) -> _Part:
         """The coordinator's batches from ``start``; returns the offset found in tiered storage, if any."""
         tip = TopicIdPartition(src.topic_uuid(), src.partition, src.topic)
-        step = self._plan(tip, start, end, fail_on_data_loss)
+        step = self._plan(tip, start, end, fail_on_data_loss, keep)
         future = self._submit(step)
         while isinstance(step, _Step):
             assert future is not None
             following = (
-                self._plan(tip, step.next_offset, end, fail_on_data_loss) if step.next_offset < end else None
+                self._plan(tip, step.next_offset, end, fail_on_data_loss, keep)
+                if step.next_offset < end
+                else None
             )
             following_future = self._submit(following)
             try:
@@ -197,7 +238,7 @@ class DisklessRangeReader:
                     following_future.cancel()
                 log_start, _ = self.bounds(src)
                 if step.offset >= log_start:
-                    moved = self._plan(tip, step.offset, end, fail_on_data_loss)
+                    moved = self._plan(tip, step.offset, end, fail_on_data_loss, keep)
                     if isinstance(moved, _Tiered):
                         return moved.offset
                     raise
@@ -205,14 +246,16 @@ class DisklessRangeReader:
                     raise _data_loss(
                         f"{src.topic}-{src.partition}: offsets {step.offset}..{log_start - 1} were deleted while reading"
                     ) from None
-                step = self._plan(tip, log_start, end, fail_on_data_loss)
+                step = self._plan(tip, log_start, end, fail_on_data_loss, keep)
                 future = self._submit(step)
                 continue
-            yield self._decode(step, data, end)
+            yield self._decode(step, data, end, keep)
             step, future = following, following_future
         return step.offset if isinstance(step, _Tiered) else None
 
-    def _read_tiered(self, src: PartitionSource, offset: int, end: int, fail_on_data_loss: bool) -> _Part:
+    def _read_tiered(
+        self, src: PartitionSource, offset: int, end: int, fail_on_data_loss: bool, keep: BatchFilter
+    ) -> _Part:
         """The records of the remote segment holding ``offset``; returns the offset after it."""
         where = f"{src.topic}-{src.partition}"
         remote = RemotePartition(src.topic_uuid(), src.partition, src.topic)
@@ -222,7 +265,7 @@ class DisklessRangeReader:
             stop = min(end, segment.end_offset + 1)
             self.stats["segments"] += 1
             try:
-                for records, progress in self._segments.read(segment, offset, stop):
+                for records, progress in self._segments.read(segment, offset, stop, keep):
                     reached = progress
                     yield records
                 return stop
@@ -242,7 +285,7 @@ class DisklessRangeReader:
         return log_start
 
     def _plan(
-        self, tip: TopicIdPartition, offset: int, end: int, fail_on_data_loss: bool
+        self, tip: TopicIdPartition, offset: int, end: int, fail_on_data_loss: bool, keep: BatchFilter
     ) -> _Step | _Tiered | None:
         while offset < end:
             (resp,) = self._coordinator.find_batches(
@@ -280,7 +323,10 @@ class DisklessRangeReader:
                         )
                     return None
                 raise KafkaError(ErrorCode.unknown_server_error, f"{where}: no batch holds offset {offset}")
-            return _Step(offset, batches, batches[-1].metadata.last_offset + 1)
+            # Markers and aborted batches are left out before their GET (the decoder checks the
+            # bytes' own header too); the step still goes on after the last batch found.
+            kept = [b for b in batches if keep.keeps_batch(b.metadata)]
+            return _Step(offset, kept, batches[-1].metadata.last_offset + 1)
         return None
 
     def _submit(self, step: _Step | _Tiered | None) -> Future[dict[tuple[str, int], bytes]] | None:
@@ -303,7 +349,9 @@ class DisklessRangeReader:
         self.stats["bytes"] += sum(len(b) for b in blobs)
         return {(s.key, s.start): blob for s, blob in zip(spans, blobs, strict=True)}
 
-    def _decode(self, step: _Step, data: dict[tuple[str, int], bytes], end: int) -> list[StoredRecord]:
+    def _decode(
+        self, step: _Step, data: dict[tuple[str, int], bytes], end: int, keep: BatchFilter
+    ) -> list[StoredRecord]:
         by_key: dict[str, list[tuple[int, bytes]]] = {}
         for (key, start), blob in data.items():
             by_key.setdefault(key, []).append((start, blob))
@@ -327,12 +375,12 @@ class DisklessRangeReader:
                     ErrorCode.corrupt_message,
                     f"batch at {batch.object_key}:{m.byte_offset}: CRC {header.crc} does not match {computed}",
                 )
+            self.stats["batches"] += 1
+            if not keep.keeps_header(header, m.base_offset):  # a marker, or an aborted transaction's
+                continue
             log_append = m.timestamp_type == TimestampType.LOG_APPEND_TIME
             stamp_batch(buf, 0, m.base_offset, 0, m.log_append_timestamp if log_append else None)
             header, records = decode_batch(buf, check_crc=False)
-            self.stats["batches"] += 1
-            if header.is_control:
-                continue
             ts_type = 1 if header.attributes & TIMESTAMP_TYPE_FLAG else 0
             first = step.offset
             rec: Record

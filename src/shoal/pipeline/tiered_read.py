@@ -9,7 +9,10 @@ overlap), as the broker's ``remote_log.reader`` picks it (``tiered.segment_looku
 from the position its offset index gives, in GETs of at most ``chunk_bytes`` (segments are 1 GiB
 by default), the next GET running while the current chunk decodes; a batch cut by a chunk's end
 is completed by the next one. Segment batches already carry their real offsets and timestamps,
-so only their CRC is checked before decoding.
+so only their CRC is checked before decoding. Control batches give no rows, and a
+``read_committed`` read drops the batches of aborted transactions whole by their headers, with the
+coordinator's aborted list: it keeps aborted transactions until the log start passes their
+marker, tiered offsets included (``isolation.BatchFilter``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any, TypeVar
 from crc32c import crc32c
 
 from shoal.config import Config
+from shoal.pipeline.isolation import CONTROL_ONLY, BatchFilter
 from shoal.pipeline.stores import open_remote_log_metadata
 from shoal.protocol.errors import ErrorCode, KafkaError
 from shoal.records.batch import ATTRIBUTES_OFFSET, TIMESTAMP_TYPE_FLAG, BatchHeader
@@ -123,11 +127,12 @@ class SegmentReader:
         return self._submit(self._rsm.fetch_log_segment, segment, position, end - 1)
 
     def read(
-        self, segment: RemoteLogSegmentMetadata, offset: int, end: int
+        self, segment: RemoteLogSegmentMetadata, offset: int, end: int, keep: BatchFilter = CONTROL_ONLY
     ) -> Iterator[tuple[list[StoredRecord], int]]:
         """The records of ``segment`` with ``offset <= o < end``, chunk by chunk, each with the
-        offset after the chunk's last whole batch (how far the read got). Control records are
-        skipped. RemoteResourceNotFoundError when the segment is gone (retention)."""
+        offset after the chunk's last whole batch (how far the read got). Batches ``keep`` drops
+        (control batches at least) give none. RemoteResourceNotFoundError when the segment is gone
+        (retention)."""
         position = self.start_position(segment, offset)
         pending = self._get(segment, position)
         carry = b""  # the start of a batch the previous chunk cut off
@@ -155,7 +160,7 @@ class SegmentReader:
                         ErrorCode.corrupt_message,
                         f"{_describe(segment)} ends in a partial batch at position {buf_position + consumed}",
                     )
-                yield self._decode(segment, buf, buf_position, batches, offset, end), reached
+                yield self._decode(segment, buf, buf_position, batches, offset, end, keep), reached
         finally:
             if pending is not None:
                 pending.cancel()
@@ -186,6 +191,7 @@ class SegmentReader:
         batches: list[tuple[int, BatchHeader]],
         offset: int,
         end: int,
+        keep: BatchFilter,
     ) -> list[StoredRecord]:
         view = memoryview(buf)
         out: list[StoredRecord] = []
@@ -197,10 +203,10 @@ class SegmentReader:
                     f"batch at position {buf_position + at} of {_describe(segment)}: CRC {header.crc} "
                     f"does not match {computed}",
                 )
-            header, records = decode_batch(view, at, check_crc=False)
             self.stats["batches"] += 1
-            if header.is_control:
+            if not keep.keeps_header(header):  # a marker, or a batch of an aborted transaction
                 continue
+            header, records = decode_batch(view, at, check_crc=False)
             ts_type = 1 if header.attributes & TIMESTAMP_TYPE_FLAG else 0
             for rec in records:
                 if offset <= rec.offset < end:

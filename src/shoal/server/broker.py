@@ -29,15 +29,20 @@ from shoal.metadata.image import MetadataImage
 from shoal.objects.factory import open_object_storage, redact_storage_url
 from shoal.objects.storage import ObjectStorage
 from shoal.observability.metrics import BrokerMetrics, MetricsServer, start_metrics_server
+from shoal.partitions.api import TxnMarker
 from shoal.partitions.factory import build_partitions
 from shoal.partitions.manager import Partitions
+from shoal.protocol.errors import ErrorCode
 from shoal.server.connection import ConnectionSettings, serve_connection
 from shoal.server.context import ServerContext
 from shoal.server.dispatch import dispatch
 from shoal.server.limits import ConnectionQuotas, RequestBudget, connection_overrides
 from shoal.server.memory import trim_periodically, tune_allocator
+from shoal.server.txn_marker_channel import TxnMarkerChannel
 from shoal.store.factory import Stores, object_storage_url, open_stores
+from shoal.txn.coordinator import TransactionCoordinator, TxnConfig
 from shoal.txn.producer_ids import ProducerIdManager
+from shoal.txn.verification import TransactionVerifier
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +67,11 @@ def parse_listener(listener: str) -> Endpoint:
     return Endpoint(parts.hostname or "", parts.port)
 
 
+_GROUP_MARKER_RETRIABLE = frozenset(
+    {ErrorCode.not_coordinator, ErrorCode.coordinator_load_in_progress, ErrorCode.coordinator_not_available}
+)
+
+
 class Broker:
     def __init__(self, config: Config) -> None:
         self.config = config
@@ -73,6 +83,8 @@ class Broker:
         self.ctx: ServerContext | None = None
         self._storage: ObjectStorage | None = None
         self._groups: GroupCoordinator | None = None
+        self._transactions: TransactionCoordinator | None = None
+        self._marker_channel: TxnMarkerChannel | None = None
         self._metrics_server: MetricsServer | None = None
         self._partitions: Partitions | None = None
         self._stores: Stores | None = None
@@ -161,6 +173,16 @@ class Broker:
         )
         self._groups = groups
         groups.start()
+        self._marker_channel = channel = TxnMarkerChannel(
+            self.node_id, lambda: metadata.image, partitions, config["offsets.topic.num.partitions"]
+        )
+        self._transactions = transactions = TransactionCoordinator(
+            stores.transactions, self.run_blocking, TxnConfig.from_config(config),
+            lambda: ctx.producer_ids.next_id(), channel.send,
+        )
+        await transactions.set_ownership(self._owns_partition(metadata.image), metadata.image.offset)
+        transactions.start()
+        partitions.serve_transactions(TransactionVerifier(stores.transactions, self.run_blocking).verify, self._group_marker)
         ctx = ServerContext(
             config=config,
             node_id=self.node_id,
@@ -175,6 +197,7 @@ class Broker:
             groups=groups,
             metrics=metrics,
             partition_control=partition_control,
+            transactions=transactions,
         )
         ctx.producer_ids = ProducerIdManager(lambda: ctx.control(controller.allocate_producer_ids))
         self.ctx = ctx
@@ -240,11 +263,33 @@ class Broker:
             partition_owner(group_partition(group_id, partitions), registered, alive) == me
         )
 
+    def _owns_partition(self, image: MetadataImage) -> Callable[[int], bool]:
+        """Does this broker own a coordinator partition (of groups or of transactional ids)?"""
+        registered = tuple(sorted(image.brokers))
+        alive = tuple(b.node_id for b in image.alive_brokers())
+        return lambda partition: partition_owner(partition, registered, alive) == self.node_id
+
+    async def _group_marker(self, partition: int, marker: TxnMarker) -> ErrorCode:
+        """A transaction marker for ``__consumer_offsets-<partition>``: the group coordinator owning
+        that partition makes the producer's transactional offset commits visible, or drops them."""
+        assert self._groups is not None and self.ctx is not None
+        if not self._owns_partition(self.ctx.image)(partition):
+            return ErrorCode.not_leader_or_follower
+        offsets_partitions = self.config["offsets.topic.num.partitions"]
+        error = await self._groups.complete_transaction(
+            marker.producer_id, marker.commit, lambda group_id: group_partition(group_id, offsets_partitions) == partition
+        )
+        # A group moving or loading, or the store failing: the coordinator retries (as KafkaApis
+        # answers a marker for a partition it cannot complete now).
+        return ErrorCode.not_leader_or_follower if error in _GROUP_MARKER_RETRIABLE else error
+
     async def _place_groups(self, image: MetadataImage) -> None:
-        """Move group coordination when the set of alive brokers changes."""
+        """Move group and transaction coordination when the set of alive brokers changes."""
         alive, owns = self._group_ownership(image)
         if alive != self._alive and self._groups is not None:
             await self._groups.set_ownership(owns)
+            if self._transactions is not None:
+                await self._transactions.set_ownership(self._owns_partition(image), image.offset)
             self._alive = alive  # only once loaded: a failed load is tried again at the next tail
 
     async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -320,6 +365,10 @@ class Broker:
             # Diskless first: the active WAL segment is flushed and its upload and commit awaited,
             # so every request already accepted is answered with its real outcome.
             await self._partitions.stop()
+        if self._transactions is not None:
+            await self._transactions.close()
+        if self._marker_channel is not None:
+            await self._marker_channel.close()
         if self._groups is not None:
             # Parked JoinGroup/SyncGroup requests are answered (NOT_COORDINATOR) and pending
             # offset commits reach the store before connections are closed.

@@ -22,6 +22,7 @@ from shoal.metadata.log import MetadataConflictError
 from shoal.observability.metrics import BrokerMetrics
 from shoal.partitions.manager import Partitions
 from shoal.protocol.errors import ErrorCode, KafkaError
+from shoal.txn.coordinator import TransactionCoordinator
 from shoal.txn.producer_ids import ProducerIdManager
 
 T = TypeVar("T")
@@ -47,6 +48,7 @@ class ServerContext:
     metrics: BrokerMetrics
     #: Classic leadership and ISR changes (ElectLeaders).
     partition_control: PartitionControl
+    transactions: TransactionCoordinator
 
     @property
     def image(self) -> MetadataImage:

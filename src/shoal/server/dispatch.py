@@ -28,6 +28,7 @@ from shoal.server.handlers.admin import (
 from shoal.server.handlers.api_versions import handle_api_versions, unsupported_version_response
 from shoal.server.handlers.coordinators import handle_find_coordinator, handle_init_producer_id
 from shoal.server.handlers.delete_records import handle_delete_records
+from shoal.server.handlers.describe_producers import handle_describe_producers
 from shoal.server.handlers.elect_leaders import handle_elect_leaders
 from shoal.server.handlers.fetch import handle_fetch
 from shoal.server.handlers.groups import (
@@ -55,7 +56,15 @@ from shoal.server.handlers.reassignments import (
     handle_alter_partition_reassignments,
     handle_list_partition_reassignments,
 )
+from shoal.server.handlers.transactions import (
+    handle_add_offsets_to_txn,
+    handle_add_partitions_to_txn,
+    handle_describe_transactions,
+    handle_end_txn,
+    handle_list_transactions,
+)
 from shoal.server.handlers.txn_markers import handle_write_txn_markers
+from shoal.server.handlers.txn_offset_commit import handle_txn_offset_commit
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +90,14 @@ HANDLERS: dict[int, Handler] = {
     ApiKey.DELETE_RECORDS: handle_delete_records,
     ApiKey.INIT_PRODUCER_ID: handle_init_producer_id,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: handle_offset_for_leader_epoch,
+    ApiKey.ADD_PARTITIONS_TO_TXN: handle_add_partitions_to_txn,
+    ApiKey.ADD_OFFSETS_TO_TXN: handle_add_offsets_to_txn,
+    ApiKey.END_TXN: handle_end_txn,
     ApiKey.WRITE_TXN_MARKERS: handle_write_txn_markers,
+    ApiKey.TXN_OFFSET_COMMIT: handle_txn_offset_commit,
+    ApiKey.DESCRIBE_PRODUCERS: handle_describe_producers,
+    ApiKey.DESCRIBE_TRANSACTIONS: handle_describe_transactions,
+    ApiKey.LIST_TRANSACTIONS: handle_list_transactions,
     ApiKey.DESCRIBE_CONFIGS: handle_describe_configs,
     ApiKey.ALTER_REPLICA_LOG_DIRS: handle_alter_replica_log_dirs,
     ApiKey.DESCRIBE_LOG_DIRS: handle_describe_log_dirs,

@@ -39,6 +39,7 @@ __all__ = [
     "TRANSACTION_COLUMNS",
     "StoredTransaction",
     "TransactionStore",
+    "expected_condition",
     "java_string_hash",
     "kafka_abs",
     "transaction_from_row",
@@ -117,13 +118,15 @@ class TransactionStore(Protocol):
 
     def get(self, transactional_id: str) -> StoredTransaction | None: ...
 
-    def put(self, record: StoredTransaction, *, expected: tuple[int, int] | None = None) -> bool:
+    def put(self, record: StoredTransaction, *, expected: tuple[int, ...] | None = None) -> bool:
         """Insert or replace ``record`` durably. With ``expected=(producer_id, producer_epoch)`` only
-        if the stored row has them (``ABSENT``: only if there is no row); ``False`` (nothing written)
-        otherwise."""
+        if the stored row has them (``ABSENT``: only if there is no row), with
+        ``(producer_id, producer_epoch, txn_last_update_timestamp_ms)`` only if it is exactly the
+        record the writer read (a coordinator's same-epoch transitions, which the epoch alone cannot
+        fence); ``False`` (nothing written) otherwise."""
         ...
 
-    def delete(self, transactional_id: str, *, expected: tuple[int, int] | None = None) -> bool:
+    def delete(self, transactional_id: str, *, expected: tuple[int, ...] | None = None) -> bool:
         """Delete the row durably, under the same condition as ``put`` (``True`` without ``expected``,
         even when there was no row; with ``ABSENT``, ``True`` when there is none, and nothing to do)."""
         ...
@@ -134,6 +137,15 @@ class TransactionStore(Protocol):
 # -- the coordinator partition, exactly as Kafka computes it ---------------------------------------
 # Mirrors shoal.cluster.placement (java_string_hash, kafka_abs): the store sits below the cluster
 # layer and cannot import it; tests/unit/test_transaction_store_conformance.py checks they agree.
+
+
+def expected_condition(expected: tuple[int, ...], placeholder: str) -> tuple[str, tuple[int, ...]]:
+    """The ``WHERE`` clause (to append after the transactional id's) and its parameters for a
+    compare-and-set on ``expected``: (producer id, epoch) or (producer id, epoch, last update ms)."""
+    columns = ("producer_id", "producer_epoch", "txn_last_update_timestamp_ms")
+    if len(expected) not in (2, 3):
+        raise ValueError(f"expected is (producer id, epoch[, last update ms]), not {expected!r}")
+    return "".join(f" AND {c} = {placeholder}" for c in columns[: len(expected)]), tuple(expected)
 
 
 # -- the stored form, shared by the backends -------------------------------------------------------

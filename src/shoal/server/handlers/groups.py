@@ -7,7 +7,8 @@ These translate between each API version's wire shape and the group coordinator
 request layer rather than in the coordinator is checked here: topics and partitions of
 OffsetCommit/OffsetDelete must exist (UNKNOWN_TOPIC_OR_PARTITION, or UNKNOWN_TOPIC_ID
 for the topic-id versions), and version-dependent defaults (JoinGroup v0 has no
-rebalance timeout, v4+ requires a member id, LeaveGroup v0-2 names one member).
+rebalance timeout, v4+ requires a member id, LeaveGroup v0-2 names one member). The partition
+checks of OffsetCommit are shared with TxnOffsetCommit (``offset_commit_entries.py``).
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from shoal.groups.coordinator import OffsetCommitEntry
 from shoal.metadata.image import TopicImage
 from shoal.protocol.apis import RequestHeader, response_class
 from shoal.protocol.build import make, nested
 from shoal.protocol.errors import ErrorCode
 from shoal.server.context import ServerContext
+from shoal.server.handlers.offset_commit_entries import CommitPartitions
 
 _ZERO = datetime.timedelta(0)
 _MS = datetime.timedelta(milliseconds=1)
@@ -137,79 +138,44 @@ async def handle_leave_group(ctx: ServerContext, header: RequestHeader, request:
 async def handle_offset_commit(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     cls = response_class(header.api_key, header.api_version)
     topic_cls, partition_cls = nested(cls, "OffsetCommitResponseTopic"), nested(cls, "OffsetCommitResponsePartition")
-    by_id = header.api_version >= 10
-    image = ctx.image
-    entries: list[OffsetCommitEntry] = []
-    slots: list[list[Any]] = []  # the [partition, error] cells the coordinator's answers go into
-    answers: list[tuple[Any, list[list[Any]]]] = []
-    for t in request.topics:
-        topic = image.topics_by_id.get(t.topic_id) if by_id else image.topic(t.name)
-        missing = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
-        cells = []
-        for p in t.partitions:
-            cell: list[Any] = [p.partition_index, missing]
-            if topic is not None:
-                if p.partition_index in topic.partitions:
-                    entries.append(
-                        OffsetCommitEntry(
-                            topic=topic.name,
-                            partition=p.partition_index,
-                            topic_id=topic.topic_id,
-                            offset=p.committed_offset,
-                            leader_epoch=getattr(p, "committed_leader_epoch", -1),
-                            metadata=p.committed_metadata,
-                        )
-                    )
-                    slots.append(cell)
-                else:
-                    cell[1] = ErrorCode.unknown_topic_or_partition
-            cells.append(cell)
-        answers.append((t.topic_id if by_id else t.name, cells))
+    partitions = CommitPartitions(ctx.image, request.topics, by_id=header.api_version >= 10)
     retention = getattr(request, "retention_time", None)
     errors = await ctx.groups.commit_offsets(
         group_id=request.group_id,
         generation_id=request.generation_id_or_member_epoch,
         member_id=request.member_id,
         group_instance_id=getattr(request, "group_instance_id", None),
-        entries=entries,
+        entries=partitions.entries,
         retention_ms=-1 if retention is None else _ms(retention),
         api_version=header.api_version,
     )
-    for cell, error in zip(slots, errors, strict=True):
-        cell[1] = error
-    return make(
-        cls,
-        throttle_time=_ZERO,
-        topics=tuple(
-            make(
-                topic_cls,
-                name=None if by_id else key,
-                topic_id=key if by_id else None,
-                partitions=tuple(make(partition_cls, partition_index=i, error_code=e) for i, e in cells),
-            )
-            for key, cells in answers
-        ),
-    )
+    partitions.answer(errors)
+    return make(cls, throttle_time=_ZERO, topics=partitions.topics(topic_cls, partition_cls))
 
 
 async def handle_offset_fetch(ctx: ServerContext, header: RequestHeader, request: Any) -> Any:
     cls = response_class(header.api_key, header.api_version)
     version = header.api_version
+    # v7+: partitions with a transaction's offset pending answer UNSTABLE_OFFSET_COMMIT (each partition,
+    # in every version that has the flag, as Kafka's coordinator answers) until it commits or aborts.
+    stable = bool(getattr(request, "require_stable", False))
     if version >= 8:
         group_cls = nested(cls, "OffsetFetchResponseGroup")
         return make(
             cls,
             throttle_time=_ZERO,
             groups=tuple(
-                make(group_cls, group_id=g.group_id, **_fetch_group(ctx, version, g.group_id, g.topics, cls))
+                make(group_cls, group_id=g.group_id, **_fetch_group(ctx, version, g.group_id, g.topics, cls, stable))
                 for g in request.groups
             ),
         )
-    fields = _fetch_group(ctx, version, request.group_id, request.topics, cls)
+    fields = _fetch_group(ctx, version, request.group_id, request.topics, cls, stable)
     return make(cls, throttle_time=_ZERO, **fields)
 
 
-def _fetch_group(ctx: ServerContext, version: int, group_id: str, topics: Any, cls: type) -> dict[str, Any]:
+def _fetch_group(
+    ctx: ServerContext, version: int, group_id: str, topics: Any, cls: type, require_stable: bool
+) -> dict[str, Any]:
     """``topics`` and ``error_code`` of one group's OffsetFetch answer."""
     suffix = "s" if version >= 8 else ""
     topic_cls = nested(cls, f"OffsetFetchResponseTopic{suffix}")
@@ -231,12 +197,10 @@ def _fetch_group(ctx: ServerContext, version: int, group_id: str, topics: Any, c
         return make(topic_cls, name=name, topic_id=topic_id, partitions=tuple(partitions))
 
     if topics is None:
-        error, fetched = ctx.groups.fetch_offsets(group_id, None)
+        error, fetched = ctx.groups.fetch_offsets(group_id, None, require_stable=require_stable)
         grouped: dict[str, list[Any]] = {}
         for f in fetched:
-            grouped.setdefault(f.topic, []).append(
-                partition(f.partition, f.offset, f.leader_epoch, f.metadata, ErrorCode.none)
-            )
+            grouped.setdefault(f.topic, []).append(partition(f.partition, f.offset, f.leader_epoch, f.metadata, f.error))
         return {
             "error_code": error,
             "topics": tuple(topic(name, _topic_id(image.topic(name)), parts) for name, parts in grouped.items()),
@@ -258,7 +222,7 @@ def _fetch_group(ctx: ServerContext, version: int, group_id: str, topics: Any, c
                 cells.append((index, None))
                 wanted.append((name, index))
         answers.append((None if by_id else name, t.topic_id if by_id else None, cells))
-    error, fetched = ctx.groups.fetch_offsets(group_id, wanted)
+    error, fetched = ctx.groups.fetch_offsets(group_id, wanted, require_stable=require_stable)
     if error is not ErrorCode.none:
         if version >= 2:
             return {"error_code": error, "topics": ()}
@@ -279,7 +243,7 @@ def _fetch_group(ctx: ServerContext, version: int, group_id: str, topics: Any, c
                 parts.append(partition(index, -1, -1, "", cell_error))
             else:
                 f = next(results)
-                parts.append(partition(index, f.offset, f.leader_epoch, f.metadata, ErrorCode.none))
+                parts.append(partition(index, f.offset, f.leader_epoch, f.metadata, f.error))
         out.append(topic(name, topic_id, parts))
     return {"error_code": ErrorCode.none, "topics": tuple(out)}
 

@@ -2,7 +2,8 @@
 
 The same tables and semantics as ``shoal.store.sqlite.groups`` (schema component
 ``group_coordinator``): ``group_offsets`` per group and partition, ``group_metadata`` per group
-and ``group_members`` per member of its latest stored generation. Each batch of mutations is one
+and ``group_members`` per member of its latest stored generation, ``group_pending_offsets`` per
+group, producer id and partition for transactions not completed yet. Each batch of mutations is one
 transaction, committed with ``synchronous_commit=on``, so a commit that returns is on the
 server's disk. ``load`` reads the three tables on one ``REPEATABLE READ`` snapshot.
 
@@ -25,11 +26,14 @@ import psycopg
 
 from shoal.store.groups import (
     CommittedOffset,
+    CompleteTransaction,
     DeleteGroup,
     DeleteOffsets,
     Mutation,
+    PendingOffset,
     PutGroup,
     PutOffsets,
+    PutPendingOffsets,
     StoredGroup,
     StoredMember,
 )
@@ -76,15 +80,64 @@ _MIGRATIONS = [
         PRIMARY KEY (group_id, topic, partition)
     )
     """,
+    # 2: transactional offset commits awaiting their transaction's marker.
+    """
+    CREATE TABLE IF NOT EXISTS group_pending_offsets (
+        group_id TEXT COLLATE "C" NOT NULL,
+        producer_id BIGINT NOT NULL,
+        topic TEXT COLLATE "C" NOT NULL,
+        partition INTEGER NOT NULL,
+        topic_id UUID,
+        committed_offset BIGINT NOT NULL,
+        leader_epoch INTEGER NOT NULL,
+        metadata TEXT NOT NULL,
+        commit_timestamp_ms BIGINT NOT NULL,
+        expire_timestamp_ms BIGINT,
+        write_sequence BIGINT NOT NULL,
+        superseded BOOLEAN NOT NULL DEFAULT FALSE,
+        PRIMARY KEY (group_id, producer_id, topic, partition)
+    );
+    CREATE INDEX IF NOT EXISTS group_pending_offsets_by_partition
+        ON group_pending_offsets (group_id, topic, partition);
+    CREATE INDEX IF NOT EXISTS group_pending_offsets_by_producer ON group_pending_offsets (producer_id)
+    """,
 ]
 
-_PUT_OFFSET = (
-    "INSERT INTO group_offsets (group_id, topic, partition, topic_id, committed_offset, leader_epoch, "
-    "metadata, commit_timestamp_ms, expire_timestamp_ms) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
+_OFFSET_UPSERT = (
     "ON CONFLICT (group_id, topic, partition) DO UPDATE SET topic_id = excluded.topic_id, "
     "committed_offset = excluded.committed_offset, leader_epoch = excluded.leader_epoch, "
     "metadata = excluded.metadata, commit_timestamp_ms = excluded.commit_timestamp_ms, "
     "expire_timestamp_ms = excluded.expire_timestamp_ms"
+)
+_PUT_OFFSET = (
+    "INSERT INTO group_offsets (group_id, topic, partition, topic_id, committed_offset, leader_epoch, "
+    f"metadata, commit_timestamp_ms, expire_timestamp_ms) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) {_OFFSET_UPSERT}"
+)
+_PENDING_COLUMNS = (
+    "group_id, producer_id, topic, partition, topic_id, committed_offset, leader_epoch, metadata, "
+    "commit_timestamp_ms, expire_timestamp_ms, write_sequence, superseded"
+)
+_PUT_PENDING = (
+    f"INSERT INTO group_pending_offsets ({_PENDING_COLUMNS}) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+    "ON CONFLICT (group_id, producer_id, topic, partition) DO UPDATE SET topic_id = excluded.topic_id, "
+    "committed_offset = excluded.committed_offset, leader_epoch = excluded.leader_epoch, "
+    "metadata = excluded.metadata, commit_timestamp_ms = excluded.commit_timestamp_ms, "
+    "expire_timestamp_ms = excluded.expire_timestamp_ms, write_sequence = excluded.write_sequence, "
+    "superseded = excluded.superseded"
+)
+# COMMIT: the producer's pending offsets not superseded become committed offsets ...
+_MATERIALISE = (
+    "INSERT INTO group_offsets (group_id, topic, partition, topic_id, committed_offset, leader_epoch, metadata, "
+    "commit_timestamp_ms, expire_timestamp_ms) SELECT group_id, topic, partition, topic_id, committed_offset, "
+    "leader_epoch, metadata, commit_timestamp_ms, expire_timestamp_ms FROM group_pending_offsets "
+    f"WHERE group_id = %s AND producer_id = %s AND NOT superseded {_OFFSET_UPSERT}"
+)
+# ... and supersede the other producers' pending offsets of those partitions written before them.
+_SUPERSEDE_OLDER = (
+    "UPDATE group_pending_offsets AS o SET superseded = TRUE WHERE o.group_id = %s AND o.producer_id <> %s "
+    "AND EXISTS (SELECT 1 FROM group_pending_offsets AS c WHERE c.group_id = o.group_id AND c.producer_id = %s "
+    "AND c.topic = o.topic AND c.partition = o.partition AND c.write_sequence > o.write_sequence)"
 )
 _PUT_GROUP = (
     "INSERT INTO group_metadata (group_id, protocol_type, protocol_name, generation, leader, "
@@ -166,6 +219,39 @@ class PostgresGroupStore(PooledStore):
             )
         return groups, offsets
 
+    def load_pending(self, producer_id: int | None = None) -> dict[str, list[PendingOffset]]:
+        """Every pending offset (of one producer, given ``producer_id``), grouped by group id."""
+        where = "" if producer_id is None else " WHERE producer_id = %s"
+        params: tuple[int, ...] = () if producer_id is None else (producer_id,)
+
+        def work(conn: psycopg.Connection) -> list:
+            return conn.execute(
+                f"SELECT {_PENDING_COLUMNS} FROM group_pending_offsets{where} "  # type: ignore[arg-type] - fixed SQL
+                "ORDER BY group_id, producer_id, topic, partition",
+                params,
+            ).fetchall()
+
+        pending: dict[str, list[PendingOffset]] = {}
+        for row in self._run("loading pending offsets", work):
+            pending.setdefault(row[0], []).append(
+                PendingOffset(
+                    producer_id=row[1],
+                    offset=CommittedOffset(
+                        topic=row[2],
+                        partition=row[3],
+                        topic_id=row[4],
+                        offset=row[5],
+                        leader_epoch=row[6],
+                        metadata=row[7],
+                        commit_timestamp_ms=row[8],
+                        expire_timestamp_ms=row[9],
+                    ),
+                    write_sequence=row[10],
+                    superseded=row[11],
+                )
+            )
+        return pending
+
     def apply(self, mutations: Sequence[Mutation]) -> None:
         """Apply the mutations in order, in one durable transaction (all or nothing)."""
 
@@ -198,12 +284,50 @@ def _apply_one(cur: psycopg.Cursor, mutation: Mutation) -> None:
                     for o in mutation.offsets
                 ],
             )
+            cur.execute("SELECT 1 FROM group_pending_offsets WHERE group_id = %s LIMIT 1", (mutation.group_id,))
+            if cur.fetchone() is not None:  # a plain commit is the later write: it supersedes pending offsets
+                cur.executemany(
+                    "UPDATE group_pending_offsets SET superseded = TRUE "
+                    "WHERE group_id = %s AND topic = %s AND partition = %s",
+                    [(mutation.group_id, o.topic, o.partition) for o in mutation.offsets],
+                )
     elif isinstance(mutation, DeleteOffsets):
         if mutation.partitions:
+            for table in ("group_offsets", "group_pending_offsets"):
+                cur.executemany(
+                    f"DELETE FROM {table} WHERE group_id = %s AND topic = %s AND partition = %s",  # type: ignore[arg-type] - fixed names
+                    [(mutation.group_id, topic, partition) for topic, partition in mutation.partitions],
+                )
+    elif isinstance(mutation, PutPendingOffsets):
+        if mutation.offsets:
             cur.executemany(
-                "DELETE FROM group_offsets WHERE group_id = %s AND topic = %s AND partition = %s",
-                [(mutation.group_id, topic, partition) for topic, partition in mutation.partitions],
+                _PUT_PENDING,
+                [
+                    (
+                        mutation.group_id,
+                        p.producer_id,
+                        p.offset.topic,
+                        p.offset.partition,
+                        p.offset.topic_id,
+                        p.offset.offset,
+                        p.offset.leader_epoch,
+                        p.offset.metadata,
+                        p.offset.commit_timestamp_ms,
+                        p.offset.expire_timestamp_ms,
+                        p.write_sequence,
+                        p.superseded,
+                    )
+                    for p in mutation.offsets
+                ],
             )
+    elif isinstance(mutation, CompleteTransaction):
+        group_id, producer_id = mutation.group_id, mutation.producer_id
+        if mutation.commit:
+            cur.execute(_MATERIALISE, (group_id, producer_id))
+            cur.execute(_SUPERSEDE_OLDER, (group_id, producer_id, producer_id))
+        cur.execute(
+            "DELETE FROM group_pending_offsets WHERE group_id = %s AND producer_id = %s", (group_id, producer_id)
+        )
     elif isinstance(mutation, PutGroup):
         g = mutation.group
         cur.execute(
@@ -231,7 +355,7 @@ def _apply_one(cur: psycopg.Cursor, mutation: Mutation) -> None:
                 ],
             )
     elif isinstance(mutation, DeleteGroup):
-        for table in ("group_offsets", "group_members", "group_metadata"):
+        for table in ("group_offsets", "group_pending_offsets", "group_members", "group_metadata"):
             cur.execute(f"DELETE FROM {table} WHERE group_id = %s", (mutation.group_id,))  # type: ignore[arg-type] - fixed names
     else:  # pragma: no cover - the union is closed
         raise TypeError(f"unknown mutation {mutation!r}")

@@ -29,6 +29,7 @@ from shoal.store.transactions import (
     DEFAULT_TRANSACTION_STATE_PARTITIONS,
     TRANSACTION_COLUMNS,
     StoredTransaction,
+    expected_condition,
     java_string_hash,
     kafka_abs,
     transaction_from_row,
@@ -74,8 +75,9 @@ _INSERT_IF_ABSENT = f"{_INSERT} ON CONFLICT (transactional_id) DO NOTHING"
 _UPDATE_IF = (
     "UPDATE transaction_state SET "
     + ", ".join(f"{c} = %s" for c in TRANSACTION_COLUMNS[1:])
-    + " WHERE transactional_id = %s AND producer_id = %s AND producer_epoch = %s"
+    + " WHERE transactional_id = %s"
 )
+_DELETE_IF = "DELETE FROM transaction_state WHERE transactional_id = %s"
 
 
 class PostgresTransactionStore(PooledStore):
@@ -129,7 +131,7 @@ class PostgresTransactionStore(PooledStore):
         found = self._select("reading a transaction", "WHERE transactional_id = %s", (transactional_id,))
         return found[0] if found else None
 
-    def put(self, record: StoredTransaction, *, expected: tuple[int, int] | None = None) -> bool:
+    def put(self, record: StoredTransaction, *, expected: tuple[int, ...] | None = None) -> bool:
         """Insert or replace ``record`` in one durable transaction; with ``expected``, only if the
         stored row has that producer id and epoch (``ABSENT``: only if there is none)."""
         values = transaction_to_row(record)
@@ -140,11 +142,10 @@ class PostgresTransactionStore(PooledStore):
             return True
         if tuple(expected) == ABSENT:
             return self._execute("creating a transaction", _INSERT_IF_ABSENT, keyed) == 1
-        producer_id, producer_epoch = expected
-        params = (*values[1:], values[0], producer_id, producer_epoch)
-        return self._execute("updating a transaction", _UPDATE_IF, params) == 1
+        guard, condition = expected_condition(expected, "%s")
+        return self._execute("updating a transaction", _UPDATE_IF + guard, (*values[1:], values[0], *condition)) == 1
 
-    def delete(self, transactional_id: str, *, expected: tuple[int, int] | None = None) -> bool:
+    def delete(self, transactional_id: str, *, expected: tuple[int, ...] | None = None) -> bool:
         """Delete the row in one durable transaction, under the same condition as ``put``."""
         if expected is None:
             self._execute(
@@ -155,13 +156,8 @@ class PostgresTransactionStore(PooledStore):
             return True
         if tuple(expected) == ABSENT:
             return self.get(transactional_id) is None
-        producer_id, producer_epoch = expected
-        deleted = self._execute(
-            "deleting a transaction",
-            "DELETE FROM transaction_state WHERE transactional_id = %s AND producer_id = %s AND producer_epoch = %s",
-            (transactional_id, producer_id, producer_epoch),
-        )
-        return deleted == 1
+        guard, condition = expected_condition(expected, "%s")
+        return self._execute("deleting a transaction", _DELETE_IF + guard, (transactional_id, *condition)) == 1
 
     def _select(self, doing: str, where: str, params: tuple) -> list[StoredTransaction]:
         sql = f"{_SELECT} {where}"

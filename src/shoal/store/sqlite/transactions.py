@@ -28,6 +28,7 @@ from shoal.store.transactions import (
     DEFAULT_TRANSACTION_STATE_PARTITIONS,
     TRANSACTION_COLUMNS,
     StoredTransaction,
+    expected_condition,
     java_string_hash,
     kafka_abs,
     transaction_from_row,
@@ -72,8 +73,9 @@ _UPSERT = f"{_INSERT} ON CONFLICT (transactional_id) DO UPDATE SET " + ", ".join
 _UPDATE_IF = (
     "UPDATE transaction_state SET "
     + ", ".join(f"{c} = ?" for c in TRANSACTION_COLUMNS[1:])
-    + " WHERE transactional_id = ? AND producer_id = ? AND producer_epoch = ?"
+    + " WHERE transactional_id = ?"
 )
+_DELETE_IF = "DELETE FROM transaction_state WHERE transactional_id = ?"
 
 
 class SqliteTransactionStore:
@@ -122,7 +124,7 @@ class SqliteTransactionStore:
             row = self._conn.execute(f"{_SELECT} WHERE transactional_id = ?", (transactional_id,)).fetchone()
         return None if row is None else transaction_from_row(row)
 
-    def put(self, record: StoredTransaction, *, expected: tuple[int, int] | None = None) -> bool:
+    def put(self, record: StoredTransaction, *, expected: tuple[int, ...] | None = None) -> bool:
         """Insert or replace ``record`` in one durable transaction; with ``expected``, only if the
         stored row has that producer id and epoch (``ABSENT``: only if there is none)."""
         values = transaction_to_row(record)
@@ -136,12 +138,10 @@ class SqliteTransactionStore:
                 return (
                     conn.execute(f"{_INSERT} ON CONFLICT (transactional_id) DO NOTHING", keyed).rowcount == 1
                 )
-            producer_id, producer_epoch = expected
-            return (
-                conn.execute(_UPDATE_IF, (*values[1:], values[0], producer_id, producer_epoch)).rowcount == 1
-            )
+            guard, condition = expected_condition(expected, "?")
+            return conn.execute(_UPDATE_IF + guard, (*values[1:], values[0], *condition)).rowcount == 1
 
-    def delete(self, transactional_id: str, *, expected: tuple[int, int] | None = None) -> bool:
+    def delete(self, transactional_id: str, *, expected: tuple[int, ...] | None = None) -> bool:
         """Delete the row in one durable transaction, under the same condition as ``put``."""
         with self._lock, self._write() as conn:
             if expected is None:
@@ -152,12 +152,8 @@ class SqliteTransactionStore:
                     "SELECT 1 FROM transaction_state WHERE transactional_id = ?", (transactional_id,)
                 ).fetchone()
                 return found is None
-            producer_id, producer_epoch = expected
-            deleted = conn.execute(
-                "DELETE FROM transaction_state WHERE transactional_id = ? AND producer_id = ? AND producer_epoch = ?",
-                (transactional_id, producer_id, producer_epoch),
-            ).rowcount
-            return deleted == 1
+            guard, condition = expected_condition(expected, "?")
+            return conn.execute(_DELETE_IF + guard, (transactional_id, *condition)).rowcount == 1
 
     def _check_partition(self, partition: int) -> None:
         if not 0 <= partition < self._partitions:

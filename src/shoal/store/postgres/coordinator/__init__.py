@@ -7,6 +7,7 @@ retries, unavailability as CoordinatorUnavailableError, ``base``):
 
 - ``logs``: locking partitions' log rows, deleting batches and shrinking objects (shared);
 - ``commit``: commit_file, idempotent-producer deduplication;
+- ``txns``: transactions' rows (what commits decide, what fetches read), transaction_state;
 - ``find``: find_batches, list_offsets, get_log_info;
 - ``delete``: topics, delete_records, enforce_retention, deleting emptied objects;
 - ``compaction``: compaction candidates, their batches, replace_batches;
@@ -21,11 +22,12 @@ from shoal.store.postgres.coordinator.compaction import CompactionMixin
 from shoal.store.postgres.coordinator.delete import DeleteMixin
 from shoal.store.postgres.coordinator.find import FindMixin
 from shoal.store.postgres.coordinator.inspect import InspectMixin
+from shoal.store.postgres.coordinator.txns import TxnMixin
 
 __all__ = ["PostgresBatchCoordinator", "PRODUCER_STATE_BATCHES"]
 
 
-class PostgresBatchCoordinator(CommitMixin, FindMixin, DeleteMixin, CompactionMixin, InspectMixin):
+class PostgresBatchCoordinator(CommitMixin, FindMixin, TxnMixin, DeleteMixin, CompactionMixin, InspectMixin):
     """KIP-1164 Batch Coordinator persisted in PostgreSQL (see the package docstring).
 
     ``PostgresBatchCoordinator(url, clock=..., connect_timeout_s=10.0, pool_size=8)``.

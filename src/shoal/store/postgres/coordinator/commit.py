@@ -1,14 +1,15 @@
-"""commit_file: one object's batches get offsets, with Kafka's idempotent-producer dedup.
+"""commit_file: one object's batches get offsets, with Kafka's idempotent-producer dedup and
+transaction bookkeeping (``txns``).
 
 The same rules as the SQLite backend (``shoal.store.sqlite.coordinator.commit``), in one
 transaction of three round trips whatever the number of batches:
 
 1. the pool's liveness check of the connection;
 2. BEGIN, lock the partitions' log rows in log_id order, read the state of the idempotent
-   producers of those partitions (after the lock: it sees what the commits we queued behind
-   wrote);
+   producers of those partitions and their transactional state (after the lock: it sees what
+   the commits we queued behind wrote);
 3. the object row with the batches (one INSERT ... SELECT over arrays), the new high
-   watermarks, the producer state changes, COMMIT.
+   watermarks, the producer and transaction state changes, COMMIT.
 
 Offsets, deduplication and sequence checks are decided in Python between 2 and 3, while the
 log rows are locked.
@@ -25,8 +26,10 @@ from shoal.coordinator.idempotence import (
     ProducerEntry,
     ProducerState,
 )
+from shoal.coordinator.transactions import LogTxns, batch_flags
 from shoal.store.postgres.coordinator.base import CoordinatorBase
 from shoal.store.postgres.coordinator.logs import LogKey, LogState, locked_logs, queue_lock_logs
+from shoal.store.postgres.coordinator.txns import WRITE_CTES, loaded_txns, queue_load_txns, txn_params
 
 _PRODUCERS_SQL = """
 SELECT p.log_id, p.producer_id, p.row_id, p.producer_epoch, p.base_sequence, p.last_sequence,
@@ -39,8 +42,9 @@ ORDER BY p.log_id, p.producer_id, p.row_id
 
 # Every write of a commit in ONE statement (data-modifying CTEs): the object, its batches (ids
 # from the identity column in request order, so they grow with offsets inside a partition), the
-# logs' new high watermarks, and the producer state (old entries go, new ones come: disjoint
-# row_ids, so the two CTEs, which see the same snapshot, never meet). Empty arrays are no-ops.
+# logs' new high watermarks, the producer state (old entries go, new ones come: disjoint
+# row_ids, so the two CTEs, which see the same snapshot, never meet), and the transactions
+# (``txns.WRITE_CTES``). Empty arrays are no-ops.
 _WRITE_SQL = """
 WITH f AS (
     INSERT INTO diskless_files (object_key, uploader_broker_id, committed_at, size, used_size, state,
@@ -50,16 +54,17 @@ WITH f AS (
 ), batches AS (
     INSERT INTO diskless_batches (log_id, last_offset, base_offset, file_id, byte_offset, byte_size,
         log_append_time, batch_max_timestamp, timestamp_type, producer_id, producer_epoch, base_sequence,
-        last_sequence, max_ts_so_far)
+        last_sequence, max_ts_so_far, is_transactional, is_control)
     SELECT u.log_id, u.last_offset, u.base_offset, f.file_id, u.byte_offset, u.byte_size, %(now)s,
         u.batch_max_timestamp, u.timestamp_type, u.producer_id, u.producer_epoch, u.base_sequence,
-        u.last_sequence, u.max_ts_so_far
+        u.last_sequence, u.max_ts_so_far, u.is_transactional, u.is_control
     FROM f CROSS JOIN unnest(%(b_log)b::bigint[], %(b_last)b::bigint[], %(b_base)b::bigint[],
         %(b_pos)b::bigint[], %(b_size)b::bigint[], %(b_max_ts)b::bigint[], %(b_ts_type)b::smallint[],
         %(b_pid)b::bigint[], %(b_epoch)b::integer[], %(b_base_seq)b::integer[], %(b_last_seq)b::integer[],
-        %(b_ts_so_far)b::bigint[])
+        %(b_ts_so_far)b::bigint[], %(b_txn)b::boolean[], %(b_ctl)b::boolean[])
         WITH ORDINALITY AS u(log_id, last_offset, base_offset, byte_offset, byte_size, batch_max_timestamp,
-            timestamp_type, producer_id, producer_epoch, base_sequence, last_sequence, max_ts_so_far, ord)
+            timestamp_type, producer_id, producer_epoch, base_sequence, last_sequence, max_ts_so_far,
+            is_transactional, is_control, ord)
     ORDER BY u.ord
 ), logs AS (
     UPDATE diskless_logs AS l
@@ -78,12 +83,12 @@ WITH f AS (
     SELECT * FROM unnest(%(p_log)b::bigint[], %(p_pid)b::bigint[], %(p_row)b::bigint[],
         %(p_epoch)b::integer[], %(p_base_seq)b::integer[], %(p_last_seq)b::integer[],
         %(p_offset)b::bigint[], %(p_time)b::bigint[])
-)
+)""" + WRITE_CTES + """
 SELECT 1
 """
 _BATCH_ARRAYS = (
     "b_log", "b_last", "b_base", "b_pos", "b_size", "b_max_ts", "b_ts_type", "b_pid", "b_epoch",
-    "b_base_seq", "b_last_seq", "b_ts_so_far",
+    "b_base_seq", "b_last_seq", "b_ts_so_far", "b_txn", "b_ctl",
 )  # fmt: skip
 _LOG_ARRAYS = ("l_log", "l_hwm", "l_size", "l_max_ts")
 _TRIM_ARRAYS = ("t_log", "t_pid", "t_first")
@@ -96,7 +101,7 @@ class _Rows:
     __slots__ = ("columns",)
 
     def __init__(self) -> None:
-        self.columns: tuple[list[int], ...] = tuple([] for _ in range(12))
+        self.columns: tuple[list[int], ...] = tuple([] for _ in range(len(_BATCH_ARRAYS)))
 
     def add(self, *values: int) -> None:
         for column, value in zip(self.columns, values, strict=True):
@@ -141,10 +146,12 @@ class CommitMixin(CoordinatorBase):
                 if idempotent
                 else None
             )
+            txns_cur = queue_load_txns(conn, idempotent)
             logs = locked_logs(logs_cur) if logs_cur is not None else {}
             producers = _load_producers(producers_cur)
+            txns = loaded_txns(txns_cur)
             now = self._clock()
-            responses, rows, used_size = _assign(batches, keys, logs, producers, now, file_size)
+            responses, rows, used_size = _assign(batches, keys, logs, producers, txns, now, file_size)
             state, marked = ("uploaded", None) if used_size > 0 else ("deleting", now)
             params: dict[str, object] = {
                 "key": object_key,
@@ -172,6 +179,7 @@ class CommitMixin(CoordinatorBase):
             trims, inserts = _producer_changes(producers)
             params.update(zip(_TRIM_ARRAYS, trims, strict=True))
             params.update(zip(_PRODUCER_ARRAYS, inserts, strict=True))
+            params.update(txn_params(txns))
             conn.execute(_WRITE_SQL, params)
             return responses
 
@@ -195,6 +203,7 @@ def _assign(
     keys: list[LogKey],
     logs: dict[LogKey, LogState],
     producers: dict[tuple[int, int], ProducerState],
+    txns: dict[int, LogTxns],
     now: int,
     file_size: int,
 ) -> tuple[list[CommitBatchResponse], _Rows, int]:
@@ -206,9 +215,13 @@ def _assign(
         # Loaded up front for every producer of the commit; a first batch starts empty.
         return producers.setdefault((log_id, producer_id), ProducerState())
 
+    def log_txns(log_id: int) -> LogTxns:
+        # Loaded up front: every ongoing transaction of the producers' logs, and their rows.
+        return txns.setdefault(log_id, LogTxns())
+
     for req, key in zip(batches, keys, strict=True):
         log = logs.get(key)
-        answer, accepted = decide(req, log, producer_state, now, file_size)
+        answer, accepted = decide(req, log, producer_state, log_txns, now, file_size)
         responses.append(answer)
         if not accepted:
             continue
@@ -228,6 +241,7 @@ def _assign(
             req.base_sequence,
             req.last_sequence,
             log.max_timestamp,
+            *batch_flags(req),
         )
     return responses, rows, used_size
 
@@ -241,7 +255,7 @@ def _producer_changes(
     for (log_id, producer_id), state in producers.items():
         if not state.dirty:
             continue
-        for column, value in zip(trims, (log_id, producer_id, state.entries[0].row_id), strict=True):
+        for column, value in zip(trims, (log_id, producer_id, state.first_kept_row_id), strict=True):
             column.append(value)
         for e in state.entries:
             if e.new:

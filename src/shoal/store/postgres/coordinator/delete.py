@@ -5,6 +5,8 @@ tiered storage now holds by delete_tiered_batches (the log start stays); objects
 those are marked for deletion, listed for the broker that deletes them and
 forgotten once it has (get_files_to_delete / delete_files / is_safe_to_delete_file).
 Every write locks the log rows it works on first (log_id order), then objects (file_id order).
+Aborted transactions whose marker falls below a moved log start go with it; delete_tiered_batches
+keeps them (the log start stays: those offsets are still read, from tiered segments).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from shoal.store.postgres.coordinator.logs import (
     lock_logs,
 )
 from shoal.store.postgres.coordinator.schema import utc
+from shoal.store.postgres.coordinator.txns import delete_log_txns, prune_aborted
 
 # The age time retention judges a batch by. Kafka's LogSegment.largestTimestamp falls
 # back to the segment file's mtime (about its append time) when the segment has no
@@ -104,7 +107,7 @@ class DeleteMixin(CoordinatorBase):
         self._transaction("create_topic_and_partitions", work)
 
     def delete_topics(self, topic_ids: set[uuid.UUID]) -> None:
-        """Drop the logs, batches and producer state of the topics; shrink their objects."""
+        """Drop the logs, batches, producer and transaction state of the topics; shrink their objects."""
         if not topic_ids:
             return
         topics = sorted(topic_ids)
@@ -122,6 +125,7 @@ class DeleteMixin(CoordinatorBase):
             # Records the deleted topics from the log rows: before those rows go.
             delete_batches_below(conn, dict.fromkeys(log_ids, ALL_OFFSETS), self._clock())
             conn.execute("DELETE FROM diskless_producer_state WHERE log_id = ANY(%b::bigint[])", (log_ids,))
+            delete_log_txns(conn, log_ids)
             conn.execute("DELETE FROM diskless_logs WHERE log_id = ANY(%b::bigint[])", (log_ids,))
 
         self._transaction("delete_topics", work)
@@ -151,8 +155,10 @@ class DeleteMixin(CoordinatorBase):
                     log.dirty = True
                 responses.append(DeleteRecordsResponse(ErrorCode.none, log.log_start_offset))
             moved = [log for log in logs.values() if log.dirty]
-            freed = delete_batches_below(conn, {log.log_id: log.log_start_offset for log in moved}, now)
+            starts = {log.log_id: log.log_start_offset for log in moved}
+            freed = delete_batches_below(conn, starts, now)
             _update_starts(conn, moved, freed)
+            prune_aborted(conn, starts)
             return responses
 
         return self._transaction("delete_records", work)
@@ -359,6 +365,7 @@ def _retain(
     log.log_start_offset = max(log.log_start_offset, log.high_watermark if first_kept is None else first_kept)
     log.byte_size -= freed
     _update_starts(conn, [log], {log.log_id: freed})
+    prune_aborted(conn, {log.log_id: log.log_start_offset})
     return count, freed
 
 

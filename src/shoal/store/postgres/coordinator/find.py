@@ -4,10 +4,15 @@ find_batches reads every requested partition in ONE statement: each log row with
 batches from the fetch offset on (a LATERAL index range scan per partition, at most
 ``_FIRST_PAGE`` batches), all from one snapshot. A partition that needs more batches than that
 (many small ones) is continued with a follow-up read from where the first stopped.
+
+Every answer carries the partition's last stable offset (its earliest ongoing transaction, read
+in the same statement); READ_COMMITTED reads stop there and list the aborted transactions of
+what they return, read on the same snapshot (``txns``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import psycopg
@@ -22,9 +27,11 @@ from shoal.coordinator.api import (
     ListOffsetsTimestamp,
     TopicIdPartition,
 )
+from shoal.coordinator.transactions import committed_offset_answer, last_stable_offset
 from shoal.protocol.errors import ErrorCode
 from shoal.store.postgres.coordinator.base import CoordinatorBase
 from shoal.store.postgres.coordinator.schema import BATCH_COLUMNS, EFFECTIVE_TS, TIMESTAMP_TYPES
+from shoal.store.postgres.coordinator.txns import FIRST_ONGOING, aborted_overlapping
 
 #: Batches read per partition by the first statement of find_batches.
 _FIRST_PAGE = 128
@@ -35,11 +42,14 @@ _MIN_NEXT_PAGE = 512
 # sits in the LATERAL, so an out-of-range offset reads no batch at all. Rows come back per
 # request (ord) in offset order; a request for an unknown partition has no row. The first row
 # of a request tells whether its offset is held here at all: below the first batch left (or
-# with none left) it went to tiered storage (delete_tiered_batches).
+# with none left) it went to tiered storage (delete_tiered_batches). The first offset of the
+# earliest ongoing transaction (for the LSO) is read once per partition, before its batches.
 _FIND_SQL = f"""
-SELECT k.ord, l.log_id, l.log_start_offset, l.high_watermark, b.batch_id, f.object_key, {BATCH_COLUMNS}
+SELECT k.ord, l.log_id, l.log_start_offset, l.high_watermark, b.batch_id, f.object_key, {BATCH_COLUMNS},
+    o.first_ongoing
 FROM unnest(%b::uuid[], %b::integer[], %b::bigint[]) WITH ORDINALITY AS k(topic_id, partition, fetch_offset, ord)
 JOIN diskless_logs AS l ON l.topic_id = k.topic_id AND l.partition = k.partition
+CROSS JOIN LATERAL (SELECT {FIRST_ONGOING} AS first_ongoing) AS o
 LEFT JOIN LATERAL (
     SELECT * FROM diskless_batches AS b
     WHERE b.log_id = l.log_id AND b.last_offset >= k.fetch_offset
@@ -66,7 +76,8 @@ SELECT k.ord, l.log_id, l.log_start_offset, l.high_watermark,
     CASE WHEN k.ts = {ListOffsetsTimestamp.EARLIEST_LOCAL} THEN (
         SELECT b.base_offset FROM diskless_batches AS b
         WHERE b.log_id = l.log_id ORDER BY b.last_offset LIMIT 1
-    ) END
+    ) END,
+    {FIRST_ONGOING}
 FROM unnest(%b::uuid[], %b::integer[], %b::bigint[]) WITH ORDINALITY AS k(topic_id, partition, ts, ord)
 JOIN diskless_logs AS l ON l.topic_id = k.topic_id AND l.partition = k.partition
 """
@@ -114,6 +125,8 @@ def _batch(tip: TopicIdPartition, row: tuple, at: int) -> BatchInfo:
             row[at + 10],
             row[at + 11],
             row[at + 12],
+            row[at + 13],
+            row[at + 14],
         ),
     )
 
@@ -134,10 +147,15 @@ class FindMixin(CoordinatorBase):
         contiguous: we stop at the first batch that does not fit. An offset in [log start,
         high watermark) that no batch covers any more answers OFFSET_MOVED_TO_TIERED_STORAGE:
         the reader must fetch it from tiered storage, never skip ahead to later batches.
+
+        A ``read_committed`` request stops before the first batch reaching the last stable
+        offset and lists the aborted transactions overlapping what it returns; such a call
+        reads on one snapshot (REPEATABLE READ), so batches, LSO and aborted transactions agree.
         """
         if not find_batch_requests:
             return []
         reqs = find_batch_requests
+        read_committed = any(r.read_committed for r in reqs)
 
         def work(conn: psycopg.Connection) -> list[FindBatchResponse]:
             rows = conn.execute(
@@ -152,6 +170,7 @@ class FindMixin(CoordinatorBase):
             for row in rows:
                 by_request.setdefault(row[0], []).append(row)
             responses: list[FindBatchResponse] = []
+            committed: list[tuple[int, int, int, int]] = []  # (response index, log_id, offset, upper)
             remaining = fetch_max_bytes
             response_has_data = False
             for ord_, req in enumerate(reqs, start=1):
@@ -161,27 +180,39 @@ class FindMixin(CoordinatorBase):
                     responses.append(FindBatchResponse(ErrorCode.unknown_topic_or_partition, [], -1, -1))
                     continue
                 log_id, log_start_offset, high_watermark = found_rows[0][1:4]
+                lso = last_stable_offset(log_start_offset, high_watermark, found_rows[0][-1])
                 if req.offset < log_start_offset or req.offset > high_watermark:
                     responses.append(
-                        FindBatchResponse(ErrorCode.offset_out_of_range, [], log_start_offset, high_watermark)
+                        FindBatchResponse(
+                            ErrorCode.offset_out_of_range, [], log_start_offset, high_watermark, lso
+                        )
                     )
                     continue
                 first = found_rows[0]
                 if req.offset < high_watermark and (first[4] is None or first[8] > req.offset):
                     responses.append(
                         FindBatchResponse(
-                            ErrorCode.offset_moved_to_tiered_storage, [], log_start_offset, high_watermark
+                            ErrorCode.offset_moved_to_tiered_storage,
+                            [],
+                            log_start_offset,
+                            high_watermark,
+                            lso,
                         )
                     )
                     continue
                 found: list[BatchInfo] = []
                 partition_bytes = 0
+                # READ_COMMITTED: whole batches below the LSO only (Kafka's maxOffset).
+                end = lso if req.read_committed else high_watermark
                 page = [_batch(tip, row, 4) for row in found_rows if row[4] is not None]
                 page_full = len(page) == _FIRST_PAGE
                 while page:
                     stopped = False
                     for info in page:
                         size = info.metadata.byte_size
+                        if info.metadata.last_offset >= end:
+                            stopped = True
+                            break
                         if found:
                             if (
                                 info.metadata.base_offset != found[-1].metadata.last_offset + 1
@@ -213,17 +244,25 @@ class FindMixin(CoordinatorBase):
                         ).fetchall()
                     ]
                     page_full = len(page) == limit
-                responses.append(FindBatchResponse(ErrorCode.none, found, log_start_offset, high_watermark))
+                if req.read_committed and found:
+                    committed.append((len(responses), log_id, req.offset, found[-1].metadata.last_offset + 1))
+                responses.append(
+                    FindBatchResponse(ErrorCode.none, found, log_start_offset, high_watermark, lso)
+                )
+            aborted = aborted_overlapping(conn, [c[1:] for c in committed])
+            for (index, *_), txns in zip(committed, aborted, strict=True):
+                responses[index] = dataclasses.replace(responses[index], aborted_transactions=txns)
             return responses
 
-        return self._read("find_batches", work)
+        return self._read("find_batches", work, snapshot=read_committed)
 
     def list_offsets(self, requests: list[ListOffsetsRequest]) -> list[ListOffsetsResponse]:
         """Earliest, latest, max-timestamp or first-offset-at-timestamp lookups.
 
         EARLIEST_LOCAL is the first batch left here (tiered storage may hold offsets below it).
         Unknown partitions answer UNKNOWN_TOPIC_OR_PARTITION, negative timestamps that are
-        not special values INVALID_REQUEST. The log rows of all requests come from one
+        not special values INVALID_REQUEST. ``read_committed``: LATEST is the last stable
+        offset, and other answers than EARLIEST / EARLIEST_LOCAL at or past it are none. The log rows of all requests come from one
         statement; the timestamp lookups then travel together in one round trip.
         """
         if not requests:
@@ -259,7 +298,7 @@ class FindMixin(CoordinatorBase):
                 if log is None:
                     responses.append(ListOffsetsResponse(ErrorCode.unknown_topic_or_partition, tip, -1, -1))
                     continue
-                log_id, log_start_offset, high_watermark, first_base = log
+                log_id, log_start_offset, high_watermark, first_base, first_ongoing = log
                 ts = req.timestamp
                 if ts == ListOffsetsTimestamp.EARLIEST:
                     timestamp, offset = -1, log_start_offset
@@ -279,6 +318,9 @@ class FindMixin(CoordinatorBase):
                 else:
                     responses.append(ListOffsetsResponse(ErrorCode.invalid_request, tip, -1, -1))
                     continue
+                if req.read_committed:
+                    lso = last_stable_offset(log_start_offset, high_watermark, first_ongoing)
+                    timestamp, offset = committed_offset_answer(ts, timestamp, offset, lso)
                 responses.append(ListOffsetsResponse(ErrorCode.none, tip, timestamp, offset))
             return responses
 

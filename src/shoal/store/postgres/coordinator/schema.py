@@ -3,8 +3,8 @@
 The same tables as the SQLite backend (``shoal.store.sqlite.coordinator.schema``), which
 follow Inkless's PostgreSQL schema: ``logs`` (one row per partition), ``files`` (one row per
 uploaded object), ``batches`` (the coordinates of every live batch), ``producer_state`` (the
-last 5 batches of every idempotent producer) and ``file_deleted_topics`` (for the topic
-overview). Offsets, timestamps (epoch milliseconds) and sizes are BIGINT; topic ids UUID.
+last 5 batches of every idempotent producer), ``file_deleted_topics`` (for the topic
+overview), ``producer_txns`` and ``aborted_txns`` (transactions). Offsets, timestamps (epoch milliseconds) and sizes are BIGINT; topic ids UUID.
 """
 
 from __future__ import annotations
@@ -91,6 +91,31 @@ CREATE TABLE diskless_file_deleted_topics (
 );
 CREATE INDEX diskless_file_deleted_topics_by_topic ON diskless_file_deleted_topics (topic_id)
 """,
+    # Transactions on diskless partitions, as in the SQLite backend (see its schema and
+    # ``shoal.coordinator.transactions``): batch attributes, per (partition, producer) epochs and
+    # the ongoing transaction (NULL: none), the aborted transactions keyed by their marker.
+    """
+ALTER TABLE diskless_batches ADD COLUMN is_transactional BOOLEAN NOT NULL DEFAULT FALSE;
+ALTER TABLE diskless_batches ADD COLUMN is_control BOOLEAN NOT NULL DEFAULT FALSE;
+CREATE TABLE diskless_producer_txns (
+    log_id BIGINT NOT NULL,
+    producer_id BIGINT NOT NULL,
+    producer_epoch INTEGER NOT NULL,
+    coordinator_epoch INTEGER NOT NULL,
+    txn_first_offset BIGINT,
+    PRIMARY KEY (log_id, producer_id)
+);
+CREATE INDEX diskless_producer_txns_ongoing ON diskless_producer_txns (log_id, txn_first_offset)
+    WHERE txn_first_offset IS NOT NULL;
+CREATE TABLE diskless_aborted_txns (
+    log_id BIGINT NOT NULL,
+    last_offset BIGINT NOT NULL,
+    producer_id BIGINT NOT NULL,
+    first_offset BIGINT NOT NULL,
+    last_stable_offset BIGINT NOT NULL,
+    PRIMARY KEY (log_id, last_offset)
+)
+""",
 ]
 
 #: ``diskless_batches.timestamp_type`` (the int of the TimestampType) back to the enum.
@@ -102,7 +127,8 @@ EFFECTIVE_TS = "CASE WHEN timestamp_type = 1 THEN log_append_time ELSE batch_max
 #: The columns of a batch that make a ``BatchMetadata`` (after the partition), in its field order.
 BATCH_COLUMNS = (
     "b.byte_offset, b.byte_size, b.base_offset, b.last_offset, b.log_append_time, b.batch_max_timestamp, "
-    "b.timestamp_type, b.producer_id, b.producer_epoch, b.base_sequence, b.last_sequence"
+    "b.timestamp_type, b.producer_id, b.producer_epoch, b.base_sequence, b.last_sequence, "
+    "b.is_transactional, b.is_control"
 )
 
 
@@ -129,5 +155,7 @@ def object_batch(r: tuple) -> BatchInfo:
             r[13],
             r[14],
             r[15],
+            r[16],
+            r[17],
         ),
     )

@@ -5,6 +5,7 @@ Inkless's PostgreSQL schema maps onto directly (the tables: ``schema``). One mod
 concern, each a mixin over ``CoordinatorBase`` (the connections, ``base``):
 
 - ``commit``: commit_file, idempotent-producer deduplication;
+- ``txns``: transactions' rows (what commits decide, what fetches read), transaction_state;
 - ``find``: find_batches, list_offsets, get_log_info;
 - ``delete``: topics, delete_records, enforce_retention, deleting emptied objects;
 - ``compaction``: compaction candidates, their batches, replace_batches;
@@ -19,9 +20,10 @@ from shoal.store.sqlite.coordinator.compaction import CompactionMixin
 from shoal.store.sqlite.coordinator.delete import DeleteMixin
 from shoal.store.sqlite.coordinator.find import FindMixin
 from shoal.store.sqlite.coordinator.inspect import InspectMixin
+from shoal.store.sqlite.coordinator.txns import TxnMixin
 
 __all__ = ["SqliteBatchCoordinator", "PRODUCER_STATE_BATCHES"]
 
 
-class SqliteBatchCoordinator(CommitMixin, FindMixin, DeleteMixin, CompactionMixin, InspectMixin):
+class SqliteBatchCoordinator(CommitMixin, FindMixin, TxnMixin, DeleteMixin, CompactionMixin, InspectMixin):
     """KIP-1164 Batch Coordinator persisted in SQLite (see the package docstring)."""

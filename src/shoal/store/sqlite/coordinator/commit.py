@@ -1,4 +1,5 @@
-"""commit_file: one object's batches get offsets, with Kafka's idempotent-producer dedup.
+"""commit_file: one object's batches get offsets, with Kafka's idempotent-producer dedup and
+transaction bookkeeping (``txns``).
 
 Also the log row a write transaction loads (``LogState``/``load_log``), shared with the
 deletion paths.
@@ -12,7 +13,9 @@ from dataclasses import dataclass
 from shoal.coordinator.api import CommitBatchRequest, CommitBatchResponse
 from shoal.coordinator.commit_decision import decide
 from shoal.coordinator.idempotence import ProducerEntry, ProducerState
+from shoal.coordinator.transactions import LogTxns, batch_flags
 from shoal.store.sqlite.coordinator.base import CoordinatorBase
+from shoal.store.sqlite.coordinator.txns import load_log_txns, save_txns
 
 
 @dataclass(slots=True)
@@ -69,6 +72,7 @@ class CommitMixin(CoordinatorBase):
             ).fetchone()[0]
             logs: dict[tuple[bytes, int], LogState | None] = {}
             producers: dict[tuple[int, int], ProducerState] = {}
+            txns: dict[int, LogTxns] = {}
             batch_rows: list[tuple[int, ...]] = []
             used_size = 0
 
@@ -78,13 +82,18 @@ class CommitMixin(CoordinatorBase):
                     producers[pkey] = self._load_producer(conn, pkey)
                 return producers[pkey]
 
+            def log_txns(log_id: int) -> LogTxns:
+                if log_id not in txns:
+                    txns[log_id] = load_log_txns(conn, log_id)
+                return txns[log_id]
+
             for req in batches:
                 tip = req.topic_id_partition
                 key = (tip.topic_id.bytes, tip.partition)
                 if key not in logs:
                     logs[key] = load_log(conn, key)
                 log = logs[key]
-                answer, accepted = decide(req, log, producer_state, now, file_size)
+                answer, accepted = decide(req, log, producer_state, log_txns, now, file_size)
                 responses.append(answer)
                 if not accepted:
                     continue
@@ -108,6 +117,7 @@ class CommitMixin(CoordinatorBase):
                         req.base_sequence,
                         req.last_sequence,
                         log.max_timestamp,
+                        *batch_flags(req),
                     )
                 )
                 next_batch_id += 1
@@ -115,8 +125,8 @@ class CommitMixin(CoordinatorBase):
             conn.executemany(
                 "INSERT INTO diskless_batches (log_id, last_offset, batch_id, base_offset, file_id, byte_offset, "
                 "byte_size, log_append_time, batch_max_timestamp, timestamp_type, producer_id, "
-                "producer_epoch, base_sequence, last_sequence, max_ts_so_far) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "producer_epoch, base_sequence, last_sequence, max_ts_so_far, is_transactional, is_control) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 batch_rows,
             )
             conn.executemany(
@@ -134,6 +144,7 @@ class CommitMixin(CoordinatorBase):
                     (next_batch_id,),
                 )
             self._save_producers(conn, producers)
+            save_txns(conn, txns)
             if used_size > 0:
                 conn.execute(
                     "UPDATE diskless_files SET used_size = ? WHERE file_id = ?", (used_size, file_id)
@@ -166,7 +177,7 @@ class CommitMixin(CoordinatorBase):
         for (log_id, producer_id), state in producers.items():
             if not state.dirty:
                 continue
-            deletes.append((log_id, producer_id, state.entries[0].row_id))
+            deletes.append((log_id, producer_id, state.first_kept_row_id))
             inserts.extend(
                 (
                     log_id,

@@ -55,7 +55,8 @@ class CompactionMixin(CoordinatorBase):
             rows = conn.execute(
                 "SELECT f.object_key, l.topic_id, l.partition, l.topic_name, b.batch_id, b.byte_offset, "
                 "b.byte_size, b.base_offset, b.last_offset, b.log_append_time, b.batch_max_timestamp, "
-                "b.timestamp_type, b.producer_id, b.producer_epoch, b.base_sequence, b.last_sequence "
+                "b.timestamp_type, b.producer_id, b.producer_epoch, b.base_sequence, b.last_sequence, "
+                "b.is_transactional, b.is_control "
                 # CROSS JOIN pins the batch table as the outer loop: one scan, whatever the planner thinks.
                 "FROM diskless_batches AS b "
                 "CROSS JOIN diskless_files AS f ON f.file_id = b.file_id "
@@ -82,6 +83,8 @@ class CompactionMixin(CoordinatorBase):
                         r[13],
                         r[14],
                         r[15],
+                        bool(r[16]),
+                        bool(r[17]),
                     ),
                 )
             )

@@ -4,6 +4,8 @@ Topics are created and deleted; records go by DeleteRecords and by retention, ba
 tiered storage now holds by delete_tiered_batches (the log start stays); objects emptied by
 those are marked for deletion, listed for the broker that deletes them and
 forgotten once it has (get_files_to_delete / delete_files / is_safe_to_delete_file).
+Aborted transactions whose marker falls below a moved log start go with it; delete_tiered_batches
+keeps them (the log start stays: those offsets are still read, from tiered segments).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from shoal.protocol.errors import ErrorCode
 from shoal.store.sqlite.coordinator.base import CoordinatorBase
 from shoal.store.sqlite.coordinator.commit import LogState, load_log
 from shoal.store.sqlite.coordinator.schema import RECORD_DELETED_TOPIC_SQL, SHRINK_FILE_SQL, utc
+from shoal.store.sqlite.coordinator.txns import delete_log_txns, prune_aborted
 
 # The age time retention judges a batch by. Kafka's LogSegment.largestTimestamp falls
 # back to the segment file's mtime (about its append time) when the segment has no
@@ -55,7 +58,7 @@ class DeleteMixin(CoordinatorBase):
             )
 
     def delete_topics(self, topic_ids: set[uuid.UUID]) -> None:
-        """Drop the logs, batches and producer state of the topics; shrink their objects."""
+        """Drop the logs, batches, producer and transaction state of the topics; shrink their objects."""
         with self._write() as conn:
             now = self._clock()
             for topic_id in topic_ids:
@@ -68,6 +71,7 @@ class DeleteMixin(CoordinatorBase):
                 for log_id in log_ids:
                     self._delete_batches_below(conn, log_id, None, now)
                     conn.execute("DELETE FROM diskless_producer_state WHERE log_id = ?", (log_id,))
+                    delete_log_txns(conn, log_id)
                     conn.execute("DELETE FROM diskless_logs WHERE log_id = ?", (log_id,))
 
     @staticmethod
@@ -114,6 +118,7 @@ class DeleteMixin(CoordinatorBase):
                         "WHERE log_id = ?",
                         (offset, freed, log.log_id),
                     )
+                    prune_aborted(conn, log.log_id, offset)
                     log.log_start_offset = offset
                 responses.append(DeleteRecordsResponse(ErrorCode.none, log.log_start_offset))
         return responses
@@ -199,6 +204,7 @@ class DeleteMixin(CoordinatorBase):
                         "UPDATE diskless_logs SET log_start_offset = ?, byte_size = byte_size - ? WHERE log_id = ?",
                         (start, freed, log.log_id),
                     )
+                    prune_aborted(conn, log.log_id, start)
                     log.log_start_offset = start
                 responses.append(EnforceRetentionResponse(ErrorCode.none, batches, freed, log.log_start_offset))
         return responses

@@ -1,4 +1,8 @@
-"""The read paths: find_batches (every Fetch), list_offsets and get_log_info."""
+"""The read paths: find_batches (every Fetch), list_offsets and get_log_info.
+
+Every answer carries the partition's last stable offset; READ_COMMITTED reads stop there and
+list the aborted transactions of what they return (``txns``).
+"""
 
 from __future__ import annotations
 
@@ -14,21 +18,28 @@ from shoal.coordinator.api import (
     ListOffsetsResponse,
     ListOffsetsTimestamp,
 )
+from shoal.coordinator.transactions import committed_offset_answer, last_stable_offset
 from shoal.protocol.errors import ErrorCode
 from shoal.store.sqlite.coordinator.base import CoordinatorBase
 from shoal.store.sqlite.coordinator.schema import TIMESTAMP_TYPES
+from shoal.store.sqlite.coordinator.txns import aborted_overlapping
 
 _EFFECTIVE_TS = "CASE WHEN timestamp_type = 1 THEN log_append_time ELSE batch_max_timestamp END"
 
 # One statement per partition: the log row and its batches from one snapshot. The range
 # check sits in the join so an out-of-range offset reads no batch at all. The first row tells
 # whether the offset is held here at all: below the first batch left (or with none left) it
-# went to tiered storage (delete_tiered_batches).
+# went to tiered storage (delete_tiered_batches). The first ongoing transaction's offset (for the
+# LSO) is a non-correlated subquery, which SQLite runs once per statement, not once per row.
 _FIND_SQL = """
 SELECT l.log_start_offset, l.high_watermark,
        b.batch_id, f.object_key, b.byte_offset, b.byte_size, b.base_offset, b.last_offset,
        b.log_append_time, b.batch_max_timestamp, b.timestamp_type,
-       b.producer_id, b.producer_epoch, b.base_sequence, b.last_sequence
+       b.producer_id, b.producer_epoch, b.base_sequence, b.last_sequence, b.is_transactional, b.is_control,
+       l.log_id,
+       (SELECT MIN(t.txn_first_offset) FROM diskless_producer_txns AS t
+        WHERE t.log_id = (SELECT log_id FROM diskless_logs WHERE topic_id = ?2 AND partition = ?3)
+        AND t.txn_first_offset IS NOT NULL)
 FROM diskless_logs AS l
 LEFT JOIN diskless_batches AS b
     ON b.log_id = l.log_id AND b.last_offset >= ?1
@@ -38,13 +49,17 @@ WHERE l.topic_id = ?2 AND l.partition = ?3
 ORDER BY b.last_offset
 """
 
-_LOG_SQL = """
-SELECT log_id, log_start_offset, high_watermark FROM diskless_logs WHERE topic_id = ? AND partition = ?
+_FIRST_ONGOING = """(SELECT MIN(t.txn_first_offset) FROM diskless_producer_txns AS t
+        WHERE t.log_id = l.log_id AND t.txn_first_offset IS NOT NULL)"""
+
+_LOG_SQL = f"""
+SELECT l.log_id, l.log_start_offset, l.high_watermark, {_FIRST_ONGOING}, NULL
+FROM diskless_logs AS l WHERE l.topic_id = ? AND l.partition = ?
 """
 
 # EARLIEST_LOCAL also needs the first batch left (none: every batch went), from the same snapshot.
-_LOG_LOCAL_START_SQL = """
-SELECT l.log_id, l.log_start_offset, l.high_watermark,
+_LOG_LOCAL_START_SQL = f"""
+SELECT l.log_id, l.log_start_offset, l.high_watermark, {_FIRST_ONGOING},
        (SELECT b.base_offset FROM diskless_batches AS b
         WHERE b.log_id = l.log_id ORDER BY b.last_offset LIMIT 1)
 FROM diskless_logs AS l WHERE l.topic_id = ? AND l.partition = ?
@@ -67,11 +82,17 @@ class FindMixin(CoordinatorBase):
         contiguous: we stop at the first batch that does not fit. An offset in [log start,
         high watermark) that no batch covers any more answers OFFSET_MOVED_TO_TIERED_STORAGE:
         the reader must fetch it from tiered storage, never skip ahead to later batches.
+
+        A ``read_committed`` request stops before the first batch reaching the last stable
+        offset and lists the aborted transactions overlapping what it returns; such a call
+        reads in one transaction, so batches, LSO and aborted transactions share a snapshot.
         """
         responses: list[FindBatchResponse] = []
         remaining = fetch_max_bytes
         response_has_data = False
         with self._read() as conn:
+            if any(req.read_committed for req in find_batch_requests):
+                conn.execute("BEGIN")  # _read rolls it back
             for req in find_batch_requests:
                 tip = req.topic_id_partition
                 cur = conn.execute(_FIND_SQL, (req.offset, tip.topic_id.bytes, tip.partition))
@@ -80,24 +101,31 @@ class FindMixin(CoordinatorBase):
                     if row is None:
                         responses.append(FindBatchResponse(ErrorCode.unknown_topic_or_partition, [], -1, -1))
                         continue
-                    log_start_offset, high_watermark = row[0], row[1]
+                    log_start_offset, high_watermark, log_id = row[0], row[1], row[17]
+                    lso = last_stable_offset(log_start_offset, high_watermark, row[18])
                     if req.offset < log_start_offset or req.offset > high_watermark:
                         responses.append(
                             FindBatchResponse(
-                                ErrorCode.offset_out_of_range, [], log_start_offset, high_watermark
+                                ErrorCode.offset_out_of_range, [], log_start_offset, high_watermark, lso
                             )
                         )
                         continue
                     if req.offset < high_watermark and (row[2] is None or row[6] > req.offset):
                         responses.append(
                             FindBatchResponse(
-                                ErrorCode.offset_moved_to_tiered_storage, [], log_start_offset, high_watermark
+                                ErrorCode.offset_moved_to_tiered_storage,
+                                [],
+                                log_start_offset,
+                                high_watermark,
+                                lso,
                             )
                         )
                         continue
                     found: list[BatchInfo] = []
                     partition_bytes = 0
-                    while row is not None and row[2] is not None:
+                    # READ_COMMITTED: whole batches below the LSO only (Kafka's maxOffset).
+                    end = lso if req.read_committed else high_watermark
+                    while row is not None and row[2] is not None and row[7] < end:
                         size = row[5]
                         if found:
                             if partition_bytes + size > req.max_partition_fetch_bytes or size > remaining:
@@ -122,6 +150,8 @@ class FindMixin(CoordinatorBase):
                                     row[12],
                                     row[13],
                                     row[14],
+                                    bool(row[15]),
+                                    bool(row[16]),
                                 ),
                             )
                         )
@@ -134,7 +164,14 @@ class FindMixin(CoordinatorBase):
                 finally:
                     # Resets the statement: an unfinished SELECT would pin its WAL snapshot.
                     cur.close()
-                responses.append(FindBatchResponse(ErrorCode.none, found, log_start_offset, high_watermark))
+                aborted: list[tuple[int, int]] = []
+                if req.read_committed and found:
+                    aborted = aborted_overlapping(
+                        conn, log_id, req.offset, found[-1].metadata.last_offset + 1
+                    )
+                responses.append(
+                    FindBatchResponse(ErrorCode.none, found, log_start_offset, high_watermark, lso, aborted)
+                )
         return responses
 
     # ------------------------------------------------------------------ offsets
@@ -149,7 +186,8 @@ class FindMixin(CoordinatorBase):
         batches). MAX_TIMESTAMP answers the last offset of the earliest batch holding the
         greatest timestamp. The broker may refine both by reading the batch. EARLIEST_LOCAL
         is the first batch left here (tiered storage may hold offsets below it). Other
-        negative timestamps answer INVALID_REQUEST.
+        negative timestamps answer INVALID_REQUEST. ``read_committed``: LATEST is the last
+        stable offset, and other answers than EARLIEST / EARLIEST_LOCAL at or past it are none.
         """
         responses: list[ListOffsetsResponse] = []
         with self._read() as conn:
@@ -163,12 +201,13 @@ class FindMixin(CoordinatorBase):
                 if log is None:
                     responses.append(ListOffsetsResponse(ErrorCode.unknown_topic_or_partition, tip, -1, -1))
                     continue
-                log_id, log_start_offset, high_watermark = log[:3]
+                log_id, log_start_offset, high_watermark, first_ongoing, first_base = log
+                lso = last_stable_offset(log_start_offset, high_watermark, first_ongoing)
                 if ts == ListOffsetsTimestamp.EARLIEST:
                     timestamp, offset = -1, log_start_offset
                 elif ts == ListOffsetsTimestamp.EARLIEST_LOCAL:
                     # A DeleteRecords inside the first batch moved the start past its base.
-                    local = high_watermark if log[3] is None else log[3]
+                    local = high_watermark if first_base is None else first_base
                     timestamp, offset = -1, max(log_start_offset, local)
                 elif ts == ListOffsetsTimestamp.LATEST:
                     timestamp, offset = -1, high_watermark
@@ -183,6 +222,8 @@ class FindMixin(CoordinatorBase):
                 else:
                     responses.append(ListOffsetsResponse(ErrorCode.invalid_request, tip, -1, -1))
                     continue
+                if req.read_committed:
+                    timestamp, offset = committed_offset_answer(ts, timestamp, offset, lso)
                 responses.append(ListOffsetsResponse(ErrorCode.none, tip, timestamp, offset))
         return responses
 

@@ -75,7 +75,7 @@ class InspectMixin(CoordinatorBase):
             rows = conn.execute(
                 "SELECT l.topic_id, l.partition, l.topic_name, b.batch_id, b.byte_offset, b.byte_size, "
                 "b.base_offset, b.last_offset, b.log_append_time, b.batch_max_timestamp, b.timestamp_type, "
-                "b.producer_id, b.producer_epoch, b.base_sequence, b.last_sequence "
+                "b.producer_id, b.producer_epoch, b.base_sequence, b.last_sequence, b.is_transactional, b.is_control "
                 "FROM diskless_batches AS b JOIN diskless_logs AS l ON l.log_id = b.log_id "
                 "WHERE b.file_id = ? ORDER BY b.byte_offset",
                 (file_id,),
@@ -97,6 +97,8 @@ class InspectMixin(CoordinatorBase):
                     r[12],
                     r[13],
                     r[14],
+                    bool(r[15]),
+                    bool(r[16]),
                 ),
             )
             for r in rows

@@ -2,7 +2,9 @@
 
 The tables follow Inkless's PostgreSQL schema: ``logs`` (one row per partition),
 ``files`` (one row per uploaded object), ``batches`` (the coordinates of every live
-batch) and ``producer_state`` (the last 5 batches of every idempotent producer).
+batch) and ``producer_state`` (the last 5 batches of every idempotent producer); transactions
+add ``producer_txns`` (per partition and producer: epochs, ongoing transaction) and
+``aborted_txns`` (see ``shoal.coordinator.transactions`` for why they are split so).
 Tables are prefixed ``diskless_`` because the same database file also holds the
 cluster metadata log.
 """
@@ -105,6 +107,34 @@ CREATE TABLE diskless_file_deleted_topics (
     PRIMARY KEY (file_id, topic_id)
 ) WITHOUT ROWID;
 CREATE INDEX diskless_file_deleted_topics_by_topic ON diskless_file_deleted_topics (topic_id)
+""",
+    # Transactions on diskless partitions (``shoal.coordinator.transactions``): each batch's
+    # transactional and control attributes; per (partition, producer) the epoch its last
+    # transactional event left, the coordinator epoch of its last marker and the first offset of
+    # its ongoing transaction (NULL: none; the partial index finds the ongoing ones for the LSO);
+    # the aborted transactions (Kafka's .txnindex), clustered on the marker's offset as a
+    # READ_COMMITTED fetch reads them, with the LSO right after the marker that bounds that read.
+    """
+ALTER TABLE diskless_batches ADD COLUMN is_transactional INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE diskless_batches ADD COLUMN is_control INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE diskless_producer_txns (
+    log_id INTEGER NOT NULL,
+    producer_id INTEGER NOT NULL,
+    producer_epoch INTEGER NOT NULL,
+    coordinator_epoch INTEGER NOT NULL,
+    txn_first_offset INTEGER,
+    PRIMARY KEY (log_id, producer_id)
+) WITHOUT ROWID;
+CREATE INDEX diskless_producer_txns_ongoing ON diskless_producer_txns (log_id, txn_first_offset)
+    WHERE txn_first_offset IS NOT NULL;
+CREATE TABLE diskless_aborted_txns (
+    log_id INTEGER NOT NULL,
+    last_offset INTEGER NOT NULL,
+    producer_id INTEGER NOT NULL,
+    first_offset INTEGER NOT NULL,
+    last_stable_offset INTEGER NOT NULL,
+    PRIMARY KEY (log_id, last_offset)
+) WITHOUT ROWID
 """,
 ]
 

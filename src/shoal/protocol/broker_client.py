@@ -1,8 +1,9 @@
-"""A follower's connection to its leader's broker: one request at a time, on the event loop.
+"""A broker's connection to another broker of its cluster: one request at a time, on the event
+loop (a follower to its leader, a transaction coordinator to partition leaders).
 
 Brokers of one cluster run the same Shoal, so the versions are fixed (Kafka's
-``inter.broker.protocol``) rather than negotiated: Fetch v12 (topics by name, ``replica_id``)
-and OffsetForLeaderEpoch v4.
+``inter.broker.protocol``) rather than negotiated: Fetch v12 (topics by name, ``replica_id``),
+OffsetForLeaderEpoch v4 and WriteTxnMarkers v2.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ FETCH_VERSION = 12
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 
 
-class ReplicaConnectionError(Exception):
-    """The leader's broker could not be reached or answered nonsense: reconnect after a backoff."""
+class BrokerConnectionError(Exception):
+    """The other broker could not be reached or answered nonsense: reconnect after a backoff."""
 
 
-class ReplicaClient:
+class BrokerClient:
     def __init__(self, host: str, port: int, client_id: str, timeout_s: float) -> None:
         self.address = (host, port)
         self._client_id = client_id
@@ -38,7 +39,7 @@ class ReplicaClient:
             return await asyncio.wait_for(self._round_trip(request), self._timeout_s + wait_s)
         except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError, struct.error) as exc:
             await self.close()
-            raise ReplicaConnectionError(f"{self.address[0]}:{self.address[1]}: {exc!r}") from None
+            raise BrokerConnectionError(f"{self.address[0]}:{self.address[1]}: {exc!r}") from None
 
     async def _round_trip(self, request: Any) -> Any:
         if self._writer is None:
