@@ -1,7 +1,9 @@
 """Jepsen-style exactly-once: a consume-transform-produce loop (read topic A, write topic B in
 transactions together with the consumer's offsets) runs as its own process on a three-broker
 cluster while the test SIGKILLs, in turn, the loop's process, the broker coordinating its
-transactional id, and the leader of a partition it writes. Afterwards B holds each record of A
+transactional id, and the leader of a partition it reads (and, with a classic B, writes). B is
+classic (replicated, RF 3) or diskless: one transaction then spans a classic partition of A's
+offsets and diskless partitions. Afterwards B holds each record of A
 exactly once: no torn transaction (a record of A missing from B although its offset was
 committed) and no aborted read (a record of B that a read_committed consumer sees twice or that
 no record of A explains). Bounded in time: the loop is stopped within the test's timeout.
@@ -24,7 +26,7 @@ from confluent_kafka.admin import NewTopic
 from shoal.cluster.placement import partition_owner
 from shoal.protocol.key_partitions import transaction_partition
 from tests.integration.conftest import _test_failed
-from tests.support.broker import admin_client, support_module_env, wait_for_topic
+from tests.support.broker import admin_client, create_diskless_topic, support_module_env, wait_for_topic
 from tests.support.cluster import Cluster
 
 SOURCE, SINK, GROUP, TXN_ID = "eos-in", "eos-out", "eos-group", "eos-loop"
@@ -110,11 +112,18 @@ def read_sink(bootstrap: str) -> list[bytes]:
 
 
 @pytest.mark.timeout(420)
-def test_consume_transform_produce_is_exactly_once_through_sigkills(cluster: Cluster, tmp_path: Path) -> None:
+@pytest.mark.parametrize("sink_kind", ["classic", "diskless"])
+def test_consume_transform_produce_is_exactly_once_through_sigkills(
+    cluster: Cluster, tmp_path: Path, sink_kind: str
+) -> None:
     admin = admin_client(cluster.bootstrap)
-    for topic in (SOURCE, SINK):
-        admin.create_topics([NewTopic(topic, PARTITIONS, 3)], operation_timeout=30)[topic].result(30)
-        wait_for_topic(admin, topic, PARTITIONS)
+    admin.create_topics([NewTopic(SOURCE, PARTITIONS, 3)], operation_timeout=30)[SOURCE].result(30)
+    wait_for_topic(admin, SOURCE, PARTITIONS)
+    if sink_kind == "diskless":
+        create_diskless_topic(cluster.bootstrap, SINK, partitions=PARTITIONS)
+    else:
+        admin.create_topics([NewTopic(SINK, PARTITIONS, 3)], operation_timeout=30)[SINK].result(30)
+        wait_for_topic(admin, SINK, PARTITIONS)
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True, "linger.ms": 5})
     for i in range(RECORDS):
         producer.produce(SOURCE, value=f"r-{i:05d}".encode(), partition=i % PARTITIONS)
@@ -150,7 +159,7 @@ def test_consume_transform_produce_is_exactly_once_through_sigkills(cluster: Clu
     torn = [v for v in produced if seen[v] == 0]
     duplicated = {v: n for v, n in seen.items() if n > 1}
     unexplained = [v for v in seen if v not in set(produced)]
-    print(f"loop processes: {loop.starts}; torn: {len(torn)}; duplicated: {len(duplicated)}; unexplained: {len(unexplained)}")
+    print(f"{sink_kind} sink: loop processes: {loop.starts}; torn: {len(torn)}; duplicated: {len(duplicated)}; unexplained: {len(unexplained)}")
     assert loop.starts >= 2
     assert not torn, f"{len(torn)} committed records of the source never reached the sink: {torn[:5]}"
     assert not duplicated, f"{len(duplicated)} records read twice (aborted reads): {list(duplicated.items())[:5]}"

@@ -1,8 +1,8 @@
 """WriteTxnMarkers (API 27), READ_COMMITTED Fetch and ListOffsets on real broker processes.
 
 The requests a transaction coordinator sends are sent here at the wire level: per-partition
-error answers (unknown partition, not the leader, diskless, ``__consumer_offsets`` markers
-answered by the group coordinator), and markers on partitions with no ongoing
+error answers (unknown partition, not the leader, ``__consumer_offsets`` markers answered by the
+group coordinator, diskless ones committed through the Batch Coordinator), and markers on partitions with no ongoing
 transaction, which Kafka appends anyway. Consumers of both isolation levels then read the data
 records around them (clients skip the control batches) and ListOffsets answers the LSO.
 """
@@ -35,7 +35,6 @@ from tests.support.cluster import Cluster
 NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = 3
 NOT_LEADER_OR_FOLLOWER = 6
-UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
 INVALID_PRODUCER_EPOCH = 47
 TRANSACTION_COORDINATOR_FENCED = 52
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
@@ -145,7 +144,7 @@ def test_markers_on_a_single_broker(broker: BrokerProcess, topic_name: str) -> N
         # (none here: nothing to do, answered as done).
         (1000, "__consumer_offsets", 0): NONE,
         (1001, topic_name, 0): NONE,
-        (1001, diskless, 0): UNSUPPORTED_FOR_MESSAGE_FORMAT,
+        (1001, diskless, 0): NONE,  # committed through the Batch Coordinator (offset 0 there)
     }
     # The coordinator and producer epochs are checked as Kafka checks them (nothing is written).
     assert write_markers(broker.port, [(1001, 0, True, 4, {topic_name: [0]})]) == {
@@ -173,7 +172,8 @@ def test_markers_on_a_single_broker(broker: BrokerProcess, topic_name: str) -> N
     uncommitted = fetch(broker.port, topic_name, READ_UNCOMMITTED)
     assert (uncommitted.last_stable_offset, uncommitted.aborted_transactions) == (8, None)
     on_diskless = fetch(broker.port, diskless, READ_COMMITTED)
-    assert (on_diskless.error_code, on_diskless.last_stable_offset, on_diskless.aborted_transactions) == (NONE, 0, ())
+    # The diskless ABORT ended no transaction: offset 0 is the marker, nothing to drop.
+    assert (on_diskless.error_code, on_diskless.last_stable_offset, on_diskless.aborted_transactions) == (NONE, 1, ())
 
 
 @pytest.fixture

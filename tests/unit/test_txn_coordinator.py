@@ -230,3 +230,31 @@ async def test_a_new_coordinator_finishes_a_prepared_commit_and_fences_the_old_o
         await new.close()
         old_store.close()
         new_store.close()
+
+
+async def test_resync_finishes_what_a_stale_owner_prepared_and_dropped(tmp_path: Path, clock: Clock) -> None:
+    """Both brokers act for the partition for a moment: the old owner prepares a commit and lets
+    go (its marker task cancelled); the new owner's cache still says Ongoing. Its periodic re-read
+    of the store takes the prepared record and sends the markers."""
+    old_markers, new_markers = Markers(), Markers()
+    old_markers.answer = ErrorCode.not_leader_or_follower
+    old, old_store = make_coordinator(tmp_path, old_markers, clock)
+    new, new_store = make_coordinator(tmp_path, new_markers, clock)
+    try:
+        await old.set_ownership(lambda p: True, 3)
+        _, pid, epoch = await old.init_producer_id(TID, 60_000)
+        await old.add_partitions(TID, pid, epoch, [("a", 0)])
+        await new.set_ownership(lambda p: True, 9)  # loads Ongoing
+        assert await old.end_transaction(TID, pid, epoch, commit=True) == ErrorCode.none
+        await old.set_ownership(lambda p: False, 10)  # lets go: its completion is cancelled
+        assert new.describe(TID)[1].state == ONGOING  # type: ignore[union-attr]
+        assert await new.resync() == 1
+        await settle(new)
+        assert [(m.topic, m.commit, m.coordinator_epoch) for m in new_markers.sent] == [("a", True, 9)]
+        assert new_store.get(TID).state == COMPLETE_COMMIT  # type: ignore[union-attr]
+        assert await new.resync() == 0
+    finally:
+        await old.close()
+        await new.close()
+        old_store.close()
+        new_store.close()

@@ -22,6 +22,7 @@ from shoal.coordinator.api import (
     CommitBatchRequest,
     CommitBatchResponse,
     TopicIdPartition,
+    TxnControl,
 )
 from shoal.diskless.cache import RangeCache
 from shoal.objects.storage import ObjectStorage
@@ -43,6 +44,7 @@ class _Entry:
     header: BatchHeader
     timestamp_type: TimestampType
     future: asyncio.Future[CommitBatchResponse]
+    control: TxnControl | None = None
 
 
 @dataclass(slots=True)
@@ -87,9 +89,15 @@ class Appender:
         self._committer = asyncio.create_task(self._commit_loop(), name="diskless-committer")
 
     def append(
-        self, partition: TopicIdPartition, data: bytes | memoryview, header: BatchHeader, timestamp_type: TimestampType
+        self,
+        partition: TopicIdPartition,
+        data: bytes | memoryview,
+        header: BatchHeader,
+        timestamp_type: TimestampType,
+        control: TxnControl | None = None,
     ) -> asyncio.Future[CommitBatchResponse]:
         """Add one validated batch to the active segment; the future completes at commit.
+        ``control``: the batch is a transaction marker (the coordinator ends the transaction).
 
         Synchronous on purpose: the order of calls is the order of the batches in the
         segment, which keeps a producer's pipelined requests in order.
@@ -98,7 +106,7 @@ class Appender:
             raise KafkaError(ErrorCode.not_leader_or_follower, "broker is shutting down")
         future: asyncio.Future[CommitBatchResponse] = asyncio.get_running_loop().create_future()
         segment = self._active
-        segment.entries.append(_Entry(partition, data, header, timestamp_type, future))
+        segment.entries.append(_Entry(partition, data, header, timestamp_type, future, control))
         segment.size += len(data)
         if segment.size >= self._max_bytes:
             self._close_active()
@@ -164,6 +172,8 @@ class Appender:
                     producer_epoch=h.producer_epoch,
                     base_sequence=h.base_sequence,
                     last_sequence=h.last_sequence,
+                    is_transactional=h.is_transactional,
+                    control=entry.control,
                 )
             )
             position += len(entry.data)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from shoal.coordinator.api import (
@@ -35,6 +35,11 @@ class PartitionRead:
     high_watermark: int
     log_start_offset: int
     records: bytes
+    #: The coordinator's last stable offset (-1: unknown).
+    last_stable_offset: int = -1
+    #: READ_COMMITTED reads: (producer id, first offset) of the aborted transactions overlapping
+    #: the records returned.
+    aborted_transactions: tuple[tuple[int, int], ...] = ()
 
 
 def plan_ranges(batches: list[BatchInfo]) -> list[Span]:
@@ -60,11 +65,22 @@ class DisklessReader:
         self._metrics = metrics
 
     async def read(
-        self, requests: list[tuple[TopicIdPartition, int, int]], fetch_max_bytes: int, *, for_cache: bool = False
+        self,
+        requests: list[tuple[TopicIdPartition, int, int]],
+        fetch_max_bytes: int,
+        *,
+        for_cache: bool = False,
+        read_committed: Sequence[bool] = (),
     ) -> list[PartitionRead]:
         """Read (partition, fetch offset, partition max bytes) requests; results in request order.
-        ``for_cache``: the reads fill cache replicas' logs rather than answer a consumer (metrics)."""
-        finds = [FindBatchRequest(tp, offset, max_bytes) for tp, offset, max_bytes in requests]
+        ``for_cache``: the reads fill cache replicas' logs rather than answer a consumer (metrics).
+        ``read_committed`` (per request): stop at the last stable offset and list the aborted
+        transactions of what is returned."""
+        committed = list(read_committed) or [False] * len(requests)
+        finds = [
+            FindBatchRequest(tp, offset, max_bytes, read_committed=rc)
+            for (tp, offset, max_bytes), rc in zip(requests, committed, strict=True)
+        ]
         found = await self._run_blocking(self._coordinator.find_batches, finds, fetch_max_bytes)
         all_batches = [b for response in found for b in response.batches]
         spans = plan_ranges(all_batches)
@@ -89,7 +105,8 @@ class DisklessReader:
         results = []
         for response in found:
             if response.errors != ErrorCode.none:
-                results.append(PartitionRead(response.errors, response.high_watermark, response.log_start_offset, b""))
+                results.append(PartitionRead(response.errors, response.high_watermark, response.log_start_offset, b"",
+                                             response.last_stable_offset))
                 continue
             out = bytearray()
             for batch in response.batches:
@@ -106,7 +123,10 @@ class DisklessReader:
                     0,
                     m.log_append_timestamp if m.timestamp_type == TimestampType.LOG_APPEND_TIME else None,
                 )
-            results.append(PartitionRead(ErrorCode.none, response.high_watermark, response.log_start_offset, bytes(out)))
+            results.append(PartitionRead(
+                ErrorCode.none, response.high_watermark, response.log_start_offset, bytes(out),
+                response.last_stable_offset, tuple(response.aborted_transactions),
+            ))
         return results
 
     async def _get(self, span: Span) -> bytes:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -21,6 +22,7 @@ from shoal.coordinator.api import (
     ListOffsetsResponse,
     ListOffsetsTimestamp,
     TopicIdPartition,
+    TxnControl,
 )
 from shoal.diskless.append import Appender
 from shoal.diskless.cleaner import ObjectCleaner
@@ -43,6 +45,8 @@ from shoal.partitions.api import (
     ValidatedRecords,
 )
 from shoal.protocol.errors import ErrorCode, KafkaError
+from shoal.records.batch import read_header
+from shoal.records.control import build_end_txn_marker
 from shoal.records.types import TimestampType
 from shoal.remote_log.manager import RemoteLogManager, is_tiered
 from shoal.tiered.api import TopicIdPartition as TieredKey
@@ -143,6 +147,10 @@ class DisklessPartitions:
             if r.replica_id >= 0:
                 answers[i] = self._replica_fetch(r)
                 continue
+            if r.isolation == IsolationLevel.READ_COMMITTED:
+                # The coordinator knows the last stable offset and the aborted transactions.
+                direct.append(i)
+                continue
             cached = (
                 self._caches.read(r.partition.wake_key, r.fetch_offset, min(r.max_bytes, max(max_bytes - used, 0)),
                                   min_one_batch and used == 0, caught_up_since_ms=fresh_since_ms)
@@ -160,6 +168,7 @@ class DisklessPartitions:
                 results = await self._reader.read(
                     [(coordinator_key(reads[i].partition), reads[i].fetch_offset, reads[i].max_bytes) for i in direct],
                     max(max_bytes - used, 0),
+                    read_committed=[reads[i].isolation == IsolationLevel.READ_COMMITTED for i in direct],
                 )
             except Exception as exc:  # object storage or coordinator unreachable: retriable, keep the connection
                 log.warning("diskless read failed, answering KAFKA_STORAGE_ERROR: %s: %s", type(exc).__name__, exc)
@@ -169,8 +178,11 @@ class DisklessPartitions:
                     answers[i] = await self._remote_read(reads[i], result, max(max_bytes - used, 0),
                                                          min_one_batch and used == 0)
                 else:
-                    answers[i] = ReadOutcome(result.error, result.high_watermark, result.high_watermark,
-                                             result.log_start_offset, result.records)
+                    stable = result.last_stable_offset if result.last_stable_offset >= 0 else result.high_watermark
+                    committed = reads[i].isolation == IsolationLevel.READ_COMMITTED and result.error == ErrorCode.none
+                    answers[i] = ReadOutcome(result.error, result.high_watermark, stable, result.log_start_offset,
+                                             result.records,
+                                             aborted_transactions=result.aborted_transactions if committed else None)
                 used += len(answers[i].records)
         return [_isolated(r, answers[i]) for i, r in enumerate(reads)]
 
@@ -192,7 +204,8 @@ class DisklessPartitions:
             return ReadOutcome(ErrorCode.kafka_storage_error, hw, hw, start)
         if remote is None:  # expired meanwhile: the log start moves past it next
             return ReadOutcome(ErrorCode.offset_out_of_range, hw, hw, start)
-        return ReadOutcome(ErrorCode.none, hw, hw, start, remote[0])
+        stable = found.last_stable_offset if found.last_stable_offset >= 0 else hw
+        return ReadOutcome(ErrorCode.none, hw, stable, start, remote[0])
 
     def _replica_fetch(self, r: KindRead) -> ReadOutcome:
         """A replica reports where its cache ends; the leader answers with no records."""
@@ -205,9 +218,9 @@ class DisklessPartitions:
         self, lookups: Sequence[tuple[PartitionRef, int]], isolation: IsolationLevel | None = IsolationLevel.READ_UNCOMMITTED
     ) -> list[OffsetOutcome]:
         """The coordinator answers, refined to the record; on a tiered topic (-5) latest tiered and
-        time lookups into data already moved come from the remote segments. ``isolation`` changes
-        nothing: diskless partitions hold no transactions (last stable offset = high watermark) and
-        the coordinator knows only committed batches (log end = high watermark)."""
+        time lookups into data already moved come from the remote segments. With READ_COMMITTED the
+        coordinator answers latest with the last stable offset and bounds time lookups by it (the
+        coordinator knows only committed batches: log end = high watermark)."""
         outcomes: list[OffsetOutcome | None] = [None] * len(lookups)
         if self._remote is not None:
             for i, (ref, timestamp) in enumerate(lookups):
@@ -215,7 +228,10 @@ class DisklessPartitions:
                     outcomes[i] = await self._tiered_offset(ref, timestamp)
         rest = [i for i, found in enumerate(outcomes) if found is None]
         if rest:
-            for i, found in zip(rest, await self._coordinator_offsets([lookups[i] for i in rest]), strict=True):
+            committed = isolation == IsolationLevel.READ_COMMITTED
+            for i, found in zip(
+                rest, await self._coordinator_offsets([lookups[i] for i in rest], read_committed=committed), strict=True
+            ):
                 outcomes[i] = found
         return [found for found in outcomes if found is not None]
 
@@ -241,8 +257,13 @@ class DisklessPartitions:
             return OffsetOutcome(ErrorCode.kafka_storage_error)
         return None
 
-    async def _coordinator_offsets(self, lookups: Sequence[tuple[PartitionRef, int]]) -> list[OffsetOutcome]:
-        requests = [ListOffsetsRequest(coordinator_key(ref), timestamp) for ref, timestamp in lookups]
+    async def _coordinator_offsets(
+        self, lookups: Sequence[tuple[PartitionRef, int]], *, read_committed: bool = False
+    ) -> list[OffsetOutcome]:
+        requests = [
+            ListOffsetsRequest(coordinator_key(ref), timestamp, read_committed=read_committed)
+            for ref, timestamp in lookups
+        ]
         try:
             answers = await self._run_blocking(self._coordinator.list_offsets, requests)
         except Exception as exc:  # coordinator unreachable: retriable, keep the connection
@@ -279,19 +300,30 @@ class DisklessPartitions:
         return outcomes
 
     async def write_txn_markers(self, writes: Sequence[MarkerWrite], timeout_ms: int) -> list[AppendOutcome]:
-        """Diskless partitions take no transaction markers yet. UNSUPPORTED_FOR_MESSAGE_FORMAT is
-        Kafka's own answer for a partition whose log cannot hold markers (message format < v2), and
-        Kafka's transaction coordinator treats it as "the producer could not have written there":
-        it drops the partition from the transaction and completes it. A retriable code
-        (KAFKA_STORAGE_ERROR, NOT_LEADER_OR_FOLLOWER) would make it resend forever, one it does not
-        expect (INVALID_REQUEST) fails it, and UNSUPPORTED_VERSION speaks of API versions."""
-        return [
-            AppendOutcome().fail(
-                ErrorCode.unsupported_for_message_format,
-                f"{w.partition.name}-{w.partition.partition} is diskless: it takes no transaction markers",
+        """A marker is a control batch built as Kafka builds it, uploaded in the next WAL segment
+        like any batch and committed with its result: the Batch Coordinator then ends the
+        producer's transaction on the partition (the last stable offset moves; an ABORT is kept
+        for READ_COMMITTED reads), fencing a deposed coordinator (TRANSACTION_COORDINATOR_FENCED)
+        or an older producer epoch (INVALID_PRODUCER_EPOCH) as a classic leader does. Any broker
+        writes a diskless partition's marker; the answer comes once it is committed."""
+        now = int(time.time() * 1000)
+        waits = []
+        for w in writes:
+            m = w.marker
+            data = build_end_txn_marker(
+                m.commit, producer_id=m.producer_id, producer_epoch=m.producer_epoch,
+                coordinator_epoch=m.coordinator_epoch, timestamp=now,
             )
-            for w in writes
-        ]
+            try:
+                future = self._appender.append(
+                    coordinator_key(w.partition), data, read_header(data), w.timestamp_type,
+                    control=TxnControl(m.commit, m.coordinator_epoch),
+                )
+            except KafkaError as exc:
+                waits.append(_failed(exc))
+                continue
+            waits.append(_settle([future]))
+        return list(await asyncio.gather(*waits))
 
     async def delete_records(self, deletes: Sequence[tuple[PartitionRef, int]]) -> list[DeleteOutcome]:
         requests = [DeleteRecordsRequest(coordinator_key(ref), offset) for ref, offset in deletes]
@@ -368,6 +400,10 @@ async def _none() -> None:
     return None
 
 
+async def _failed(exc: KafkaError) -> AppendOutcome:
+    return AppendOutcome().fail(exc.code, exc.message)
+
+
 async def _settle(futures: list[asyncio.Future[CommitBatchResponse]]) -> AppendOutcome:
     """Wait for every batch of the partition to commit; the answer is the first batch's offset."""
     outcome = AppendOutcome()
@@ -391,8 +427,10 @@ async def _settle(futures: list[asyncio.Future[CommitBatchResponse]]) -> AppendO
 
 
 def _isolated(read: KindRead, outcome: ReadOutcome) -> ReadOutcome:
-    """A READ_COMMITTED answer lists its aborted transactions: none here (no transactions), and the
-    last stable offset is the high watermark already."""
+    """A READ_COMMITTED answer always lists its aborted transactions (Kafka's empty list, not
+    null), also when they came from tiered segments, which do not list them yet."""
     if read.isolation != IsolationLevel.READ_COMMITTED or read.replica_id >= 0 or outcome.error != ErrorCode.none:
+        return outcome
+    if outcome.aborted_transactions is not None:
         return outcome
     return dataclasses.replace(outcome, aborted_transactions=())

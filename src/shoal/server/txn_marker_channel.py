@@ -56,6 +56,8 @@ class TxnMarkerChannel:
         topic = image.topic(send.topic)
         if topic is None or send.partition not in topic.partitions:
             return -1
+        if topic.is_diskless:
+            return self._node_id  # any broker commits a diskless partition's marker to the coordinator
         leader = topic.partitions[send.partition].leader
         return leader if leader >= 0 and leader in image.brokers else None
 

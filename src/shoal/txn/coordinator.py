@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 GROUP_METADATA_TOPIC = "__consumer_offsets"
 #: How often markers that failed (leader moving, replicas catching up) are sent again, at most.
 MARKER_RETRY_MAX_S = 1.0
+#: Markers still failing are logged every this many attempts (about every 10 s).
+MARKER_RETRY_LOG_EVERY = 10
 _INT32_MAX = 2**31 - 1
 
 
@@ -98,6 +100,12 @@ class TransactionListing:
 
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _same_transaction(a: StoredTransaction, b: StoredTransaction) -> bool:
+    """The same transaction in the same state, whenever it was last written (with transaction
+    versions 0-1, two transactions of one producer epoch differ in start time and partitions)."""
+    return replace(a, txn_last_update_timestamp_ms=0) == replace(b, txn_last_update_timestamp_ms=0)
 
 
 class TransactionCoordinator:
@@ -226,8 +234,43 @@ class TransactionCoordinator:
             return
         if record is None:
             self._txns.pop(transactional_id, None)
-        else:
-            self._txns[transactional_id] = record  # type: ignore[assignment]
+            return
+        self._txns[transactional_id] = record  # type: ignore[assignment]
+        self._finish_if_prepared(record)  # type: ignore[arg-type]
+
+    def _finish_if_prepared(self, record: StoredTransaction) -> None:
+        """A prepared transaction this broker owns gets its markers sent, once."""
+        tid = record.transactional_id
+        running = self._completions.get(tid)
+        if record.state in (PREPARE_COMMIT, PREPARE_ABORT) and self._check_owned(tid) is None and (
+            running is None or running.done()
+        ):
+            self._start_completion(record)
+
+    async def resync(self) -> int:
+        """Re-read the owned partitions from the store and serve what it holds. Ownership moves
+        with each broker's view of the metadata, so for a moment two brokers may both act for a
+        partition: the store's compare-and-set keeps every write consistent, and this re-read makes
+        sure a transaction the other one prepared (then dropped as it let go) gets its markers.
+        Returns how many records changed."""
+        changed = 0
+        for partition in [p for p in self._owned if p not in self._loading]:
+            records = {r.transactional_id: r for r in await self._run_blocking(self._store.load, partition)}  # type: ignore[attr-defined]
+            known = [t for t in self._txns if self.partition_for(t) == partition]
+            for tid in set(known) | set(records):
+                lock = self._lock(tid)
+                if lock.locked():
+                    continue  # a transition in flight: the next round looks again
+                record = records.get(tid)
+                if record == self._txns.get(tid):
+                    continue
+                changed += 1
+                if record is None:
+                    self._txns.pop(tid, None)
+                    continue
+                self._txns[tid] = record
+                self._finish_if_prepared(record)
+        return changed
 
     # -------------------------------------------------------------------------- InitProducerId
 
@@ -394,6 +437,7 @@ class TransactionCoordinator:
         commit = prepared.state == PREPARE_COMMIT
         remaining = list(prepared.partitions)
         delay = 0.02
+        attempts = 0
         while remaining:
             sends = [
                 MarkerSend(topic, partition, prepared.producer_id, prepared.producer_epoch, coordinator_epoch, commit,
@@ -403,7 +447,7 @@ class TransactionCoordinator:
             try:
                 errors = await self._send_markers(sends)
             except Exception as exc:  # a bug or an unreachable broker: try again
-                log.warning("sending markers of %s failed: %s", prepared.transactional_id, exc)
+                log.warning("sending markers of %s failed: %s: %s", prepared.transactional_id, type(exc).__name__, exc)
                 errors = [ErrorCode.request_timed_out] * len(sends)
             if any(e in _MARKERS_FENCED for e in errors):
                 log.info(
@@ -415,14 +459,18 @@ class TransactionCoordinator:
             failed = [(tp, e) for tp, e in zip(remaining, errors, strict=True) if e != ErrorCode.none]
             remaining = [tp for tp, _ in failed]
             if remaining:
-                log.debug("markers of %s to retry: %s", prepared.transactional_id, failed)
+                attempts += 1
+                if attempts % MARKER_RETRY_LOG_EVERY == 0:
+                    log.info(
+                        "markers of %s (producer %d, epoch %d) not written yet after %d attempts: %s",
+                        prepared.transactional_id, prepared.producer_id, prepared.producer_epoch, attempts,
+                        ", ".join(f"{t}-{p}: {e.name}" for (t, p), e in failed),
+                    )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, MARKER_RETRY_MAX_S)
         async with self._lock(prepared.transactional_id):
             current = self._txns.get(prepared.transactional_id)
-            if current is None or (current.producer_id, current.producer_epoch, current.state) != (
-                prepared.producer_id, prepared.producer_epoch, prepared.state
-            ):
+            if current is None or not _same_transaction(current, prepared):
                 return
             try:
                 await self._write(current, transit.complete(current, self._now_ms()))
@@ -439,8 +487,8 @@ class TransactionCoordinator:
 
     def _retry_completion(self, transactional_id: str) -> None:
         current = self._txns.get(transactional_id)
-        if current is not None and current.state in (PREPARE_COMMIT, PREPARE_ABORT):
-            self._start_completion(current)
+        if current is not None:
+            self._finish_if_prepared(current)
 
     # ----------------------------------------------------------------- timeouts and expiration
 
@@ -499,6 +547,7 @@ class TransactionCoordinator:
         while True:
             await asyncio.sleep(self.config.abort_interval_ms / 1000)
             try:
+                await self.resync()
                 await self.abort_timed_out()
             except Exception:
                 log.exception("aborting timed-out transactions failed")

@@ -7,7 +7,7 @@ What the coordinator does with each code is Kafka's ``TransactionMarkerRequestCo
 UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS(_AFTER_APPEND),
 REQUEST_TIMED_OUT and KAFKA_STORAGE_ERROR are retried (with the leaders of a newer metadata);
 INVALID_PRODUCER_EPOCH and TRANSACTION_COORDINATOR_FENCED end the sending (a newer producer or
-coordinator took over); UNSUPPORTED_FOR_MESSAGE_FORMAT drops the partition (diskless ones).
+coordinator took over); UNSUPPORTED_FOR_MESSAGE_FORMAT drops the partition.
 """
 
 from __future__ import annotations
