@@ -104,10 +104,20 @@ def test_kafka_python_and_aiokafka_on_diskless(broker: BrokerProcess, topic_name
     assert flat(read_all(broker.bootstrap, topic_name, 2, "read_committed")) == sorted(expect("a", 20) + expect("k", 20))
 
 
+def cache_bytes(cluster: Cluster) -> float:
+    return sum(
+        v for node in (1, 2) for name, labels, v in cluster.scrape(node)
+        if name == "kafka_diskless_fetch_bytes_total" and labels["source"] == "cache"
+    )
+
+
 def test_a_diskless_transaction_through_any_broker_of_a_cluster(tmp_path: Path, topic_name: str) -> None:
+    """Two producers bootstrapped on different brokers; the partitions have a cache replica on
+    each broker, which serves read_committed consumers once it has the coordinator's transaction
+    state (the aborted records are dropped by the consumer from the list it answers)."""
     cluster = Cluster(tmp_path / "cluster", 2).start()
     try:
-        create_diskless_topic(cluster.broker(1).bootstrap, topic_name, partitions=2)
+        create_diskless_topic(cluster.broker(1).bootstrap, topic_name, partitions=2, replication_factor=2)
         producers: list[Any] = []
         for node in (1, 2):  # each producer bootstraps on one broker: produce goes there (any broker takes it)
             p = Producer({"bootstrap.servers": cluster.broker(node).bootstrap, "transactional.id": f"{topic_name}-{node}"})
@@ -122,11 +132,14 @@ def test_a_diskless_transaction_through_any_broker_of_a_cluster(tmp_path: Path, 
             p.produce(topic_name, value=f"gone{n}".encode(), partition=0)
             p.flush(30)
             p.abort_transaction(30)
-        deadline = time.monotonic() + 5
+        before = cache_bytes(cluster)
+        deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             got = flat(read_all(cluster.bootstrap, topic_name, 2, "read_committed", settle=1.0))
-            if len(got) >= 30:
-                break
-        assert got == sorted(expect("p0", 15) + expect("p1", 15))
+            assert got == sorted(expect("p0", 15) + expect("p1", 15))
+            if cache_bytes(cluster) > before:
+                break  # read from a cache replica at least once
+            time.sleep(0.5)
+        assert cache_bytes(cluster) > before, "read_committed reads never came from a cache replica"
     finally:
         cluster.close()

@@ -71,3 +71,24 @@ def _now() -> int:
     import time
 
     return time.time_ns() // 1_000_000
+
+
+def test_a_cache_serves_read_committed_only_below_the_coordinators_stable_offset() -> None:
+    """READ_COMMITTED from a cache replica: not before the coordinator's transaction state was
+    read after the last transactional batch; then up to its LSO (or the whole cache when nothing
+    was open), with the aborted transactions overlapping what is read."""
+    from types import SimpleNamespace
+
+    topic = MetadataImage().topics_by_id.get(TOPIC_ID)  # an image is not needed for these rules
+    r = CacheReplica(topic, 0)  # type: ignore[arg-type]
+    r.log = SimpleNamespace(log_end_offset=50)  # type: ignore[assignment]
+    assert r.committed_bound() is None  # never read
+    r.txn_lso, r.txn_aborted, r.stable_to_end, r.txn_dirty = 30, ((7, 5, 12), (8, 20, 25)), False, False
+    assert r.committed_bound() == 30
+    assert r.aborted_between(0, 10) == ((7, 5),)
+    assert r.aborted_between(13, 20) == ()
+    assert r.aborted_between(13, 21) == ((8, 20),)
+    r.stable_to_end = True
+    assert r.committed_bound() == 50
+    r.txn_dirty = True  # a transactional batch came in: wait for the next read of the state
+    assert r.committed_bound() is None

@@ -35,6 +35,7 @@ from shoal.coordinator.api import BatchCoordinator, ListOffsetsRequest, ListOffs
 from shoal.diskless.read import DisklessReader
 from shoal.metadata.image import TopicImage
 from shoal.protocol.errors import ErrorCode
+from shoal.records.codec import iter_batches
 
 log = logging.getLogger(__name__)
 
@@ -176,9 +177,28 @@ class CacheFiller:
                 continue
             r.progress.update(r.cache_end, r.high_watermark, asked_ms)
             more = more or r.cache_end < r.high_watermark
+        await self._refresh_transactions([r for r in ready if r.log is not None and r.txn_dirty])
         if appended:
             self._on_appended(appended)
         return more
+
+    async def _refresh_transactions(self, replicas: list[CacheReplica]) -> None:
+        """Read the coordinator's last stable offset and aborted transactions (one snapshot) for
+        caches that took transactional batches, so READ_COMMITTED reads can be served from them:
+        every transaction that ended below that LSO is in that aborted list."""
+        for r in replicas:
+            end = r.cache_end
+            try:
+                state = await self._run_blocking(self._coordinator.transaction_state, r.topic.topic_id, r.partition)
+            except Exception as exc:  # READ_COMMITTED reads go to the coordinator meanwhile
+                log.debug("%s: transaction state not read: %s", r.name, exc)
+                continue
+            if state is None:
+                continue
+            lso, aborted = state
+            r.txn_lso, r.txn_aborted = lso, tuple(aborted)
+            r.stable_to_end = lso >= end
+            r.txn_dirty = False
 
     async def _decide_starts(self, replicas: list[CacheReplica]) -> None:
         """Where new caches start: one ListOffsets call for all, one describe per topic for sizes."""
@@ -212,6 +232,8 @@ class CacheFiller:
             await self._run_blocking(r.log.truncate_fully_and_start_at, first)
         r.log.append_as_follower(memoryview(records))
         self.bytes_filled += len(records)
+        if any(h.is_transactional for _, h in iter_batches(records)):
+            r.txn_dirty = True  # READ_COMMITTED waits for the coordinator's transaction state
 
     async def _create(self, r: CacheReplica, offset: int) -> Any:
         return await self._run_blocking(self._logs.create, r.topic, r.partition, offset, self._config_for(r.topic))

@@ -22,6 +22,7 @@ from shoal.coordinator.api import BatchCoordinator
 from shoal.diskless.read import DisklessReader
 from shoal.metadata.image import MetadataImage, TopicImage
 from shoal.protocol.errors import ErrorCode, KafkaError
+from shoal.records.codec import iter_batches
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +36,21 @@ def _now_ms() -> int:
 class CacheRead:
     """A read answered from a cache log: records, and the coordinator's offsets as last learnt."""
 
-    __slots__ = ("records", "high_watermark", "log_start_offset")
+    __slots__ = ("aborted_transactions", "high_watermark", "last_stable_offset", "log_start_offset", "records")
 
-    def __init__(self, records: bytes, high_watermark: int, log_start_offset: int) -> None:
+    def __init__(
+        self,
+        records: bytes,
+        high_watermark: int,
+        log_start_offset: int,
+        *,
+        last_stable_offset: int = -1,
+        aborted_transactions: tuple[tuple[int, int], ...] | None = None,
+    ) -> None:
         self.records, self.high_watermark, self.log_start_offset = records, high_watermark, log_start_offset
+        #: READ_COMMITTED reads: where they stop and the aborted transactions of the records.
+        self.last_stable_offset = high_watermark if last_stable_offset < 0 else last_stable_offset
+        self.aborted_transactions = aborted_transactions
 
 
 class CacheReplicas:
@@ -181,7 +193,7 @@ class CacheReplicas:
     # ------------------------------------------------------------------------------------ reads
 
     def read(self, key: Key, offset: int, max_bytes: int, min_one_batch: bool, *,
-             caught_up_since_ms: int | None = None) -> CacheRead | None:
+             caught_up_since_ms: int | None = None, read_committed: bool = False) -> CacheRead | None:
         """The records at ``offset`` from the cache, or None when it cannot serve them (no cache,
         not in sync with the coordinator, or the offset is outside it; at its end, with
         ``caught_up_since_ms``, only when a fill round that began then or later caught up): read
@@ -194,13 +206,24 @@ class CacheReplicas:
         if r.committed_end > r.cache_end:
             return None  # behind a commit of this broker: a produce was answered, the cache lacks it
         assert r.log is not None
+        bound = r.committed_bound() if read_committed else None
+        if read_committed and (bound is None or offset > bound):
+            return None  # the coordinator knows the transactions: read directly
         try:
-            result = r.log.read(offset, max_bytes, min_one_batch)
+            result = r.log.read(offset, max_bytes, min_one_batch, max_offset=bound)
         except KafkaError:
             return None  # retention moved the cache start meanwhile, or the cache failed
         records = bytes(result.records)
         self.cache_read_bytes += len(records)
-        return CacheRead(records, max(r.high_watermark, r.log.log_end_offset), r.log_start)
+        hw = max(r.high_watermark, r.log.log_end_offset)
+        if not read_committed:
+            return CacheRead(records, hw, r.log_start)
+        assert bound is not None
+        end = offset
+        for _, header in iter_batches(records):
+            end = header.next_offset
+        return CacheRead(records, hw, r.log_start, last_stable_offset=bound,
+                         aborted_transactions=r.aborted_between(offset, end) if records else ())
 
     def follower_fetch(self, key: Key, replica_id: int, position: int) -> tuple[ErrorCode, int, int]:
         """A replica's (empty) Fetch reached this leader: (error, high watermark, log start)."""

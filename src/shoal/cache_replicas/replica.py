@@ -55,6 +55,24 @@ class CacheReplica:
     #: answered at commit, maybe before the cache has them).
     committed_end: int = -1
     progress: Progress = field(default_factory=Progress)
+    #: READ_COMMITTED from the cache: the coordinator's last stable offset and aborted
+    #: transactions ((producer id, first, last)) read in one snapshot after the cache took
+    #: transactional batches (None: not read yet); ``stable_to_end``: no transaction was open in
+    #: the cache then, and only plain batches came since, so the whole cache is stable.
+    txn_lso: int | None = None
+    txn_aborted: tuple[tuple[int, int, int], ...] = ()
+    stable_to_end: bool = False
+    txn_dirty: bool = True
+
+    def committed_bound(self) -> int | None:
+        """Where a READ_COMMITTED read from the cache must stop (None: it cannot serve one)."""
+        if self.txn_lso is None or self.txn_dirty:
+            return None
+        return self.cache_end if self.stable_to_end else min(self.txn_lso, self.cache_end)
+
+    def aborted_between(self, start: int, end: int) -> tuple[tuple[int, int], ...]:
+        """(producer id, first offset) of the aborted transactions overlapping [start, end)."""
+        return tuple((pid, first) for pid, first, last in self.txn_aborted if last >= start and first < end)
 
     @property
     def key(self) -> tuple[object, int]:

@@ -29,17 +29,19 @@ class ReadMixin(LogState):
         min_one_batch: bool = True,
         *,
         committed_only: bool = True,
+        max_offset: int | None = None,
     ) -> ReadResult:
         """Whole batches from the one holding ``offset``, up to ``max_bytes`` (at least one batch
         when ``min_one_batch``), across segments, below the high watermark (the log end when not
-        ``committed_only``: followers, future replicas).
+        ``committed_only``: followers, future replicas) and below ``max_offset`` when given (a
+        diskless cache replica's READ_COMMITTED read: the coordinator's last stable offset).
 
         OFFSET_OUT_OF_RANGE when ``offset`` is below the log start or above the log end, like
         Kafka; at the end (or between the high watermark and the log end) the records are empty.
         """
         with self._guard("reading from"), self._lock:
             self._check_usable()
-            return self._read_locked(offset, max_bytes, min_one_batch, committed_only)
+            return self._read_locked(offset, max_bytes, min_one_batch, committed_only, max_offset)
 
     def _read_locked(
         self, offset: int, max_bytes: int, min_one: bool, committed_only: bool, max_offset: int | None = None

@@ -147,20 +147,19 @@ class DisklessPartitions:
             if r.replica_id >= 0:
                 answers[i] = self._replica_fetch(r)
                 continue
-            if r.isolation == IsolationLevel.READ_COMMITTED:
-                # The coordinator knows the last stable offset and the aborted transactions.
-                direct.append(i)
-                continue
+            committed = r.isolation == IsolationLevel.READ_COMMITTED
             cached = (
                 self._caches.read(r.partition.wake_key, r.fetch_offset, min(r.max_bytes, max(max_bytes - used, 0)),
-                                  min_one_batch and used == 0, caught_up_since_ms=fresh_since_ms)
+                                  min_one_batch and used == 0, caught_up_since_ms=fresh_since_ms,
+                                  read_committed=committed)
                 if self._caches is not None else None
             )
             if cached is None:
                 direct.append(i)
                 continue
-            answers[i] = ReadOutcome(ErrorCode.none, cached.high_watermark, cached.high_watermark,
-                                     cached.log_start_offset, cached.records, from_cache=True)
+            answers[i] = ReadOutcome(ErrorCode.none, cached.high_watermark, cached.last_stable_offset,
+                                     cached.log_start_offset, cached.records, from_cache=True,
+                                     aborted_transactions=cached.aborted_transactions if committed else None)
             used += len(cached.records)
         if direct:
             # The coordinator always returns the first batch: Kafka's min-one rule holds by itself.

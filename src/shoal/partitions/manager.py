@@ -231,7 +231,7 @@ class Partitions:
                     ref.topic, ref.partition, request.records, options.produce_version
                 )
                 if isinstance(validated, ValidatedRecords):
-                    self._transactions.check(ref, validated)
+                    self._transactions.check(ref, validated, options)
                     sizes[-1] = (request.topic, validated.size, validated.count)
                     if ref.wake_key not in self._append_tails and self._transactions.verified_already(ref, validated, options):
                         waits[-1] = self.kind_of(ref.topic).append(ref, validated, options)
@@ -275,7 +275,7 @@ class Partitions:
             try:
                 try:
                     records = validated if isinstance(validated, ValidatedRecords) else await validated
-                    self._transactions.check(ref, records)
+                    self._transactions.check(ref, records, options)
                     guard = await self._transactions.verify(ref, records, options)
                 finally:
                     if previous is not None:

@@ -47,17 +47,24 @@ class TransactionGate:
         self._verify = verify
         self._group_markers = group_markers
 
-    def check(self, ref: PartitionRef, records: ValidatedRecords) -> None:
-        """Refuse transactional batches a partition cannot take."""
+    def check(self, ref: PartitionRef, records: ValidatedRecords, options: ProduceOptions) -> None:
+        """Refuse transactional batches a partition cannot take: without the request's
+        transactional id they could not be verified, and Kafka refuses them
+        (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, KafkaApis.handleProduceRequest)."""
         if transactional_batch(records) is None:
             return
         if self._verify is None:
             raise KafkaError(ErrorCode.invalid_record, "This broker serves no transactions")
+        if options.transactional_id is None:
+            raise KafkaError(
+                ErrorCode.transactional_id_authorization_failed,
+                "Transactional records need the produce request's transactional id",
+            )
 
     def verified_already(self, ref: PartitionRef, records: ValidatedRecords, options: ProduceOptions) -> bool:
         """True unless the records open a transaction this partition has not verified yet."""
         batch = transactional_batch(records)
-        if batch is None or options.transactional_id is None:
+        if batch is None:
             return True
         if ref.topic.is_diskless:
             return False
