@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import time
 
+import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from shoal.protocol.apis import ApiKey, request_class, response_class
@@ -18,7 +19,7 @@ from shoal.protocol.build import make, nested
 from shoal.records.codec import build_batch
 from tests.integration.test_cli_tools import shoal
 from tests.integration.test_transactions_clients import create_topic, flat, read_all
-from tests.support.broker import BrokerProcess, WireClient
+from tests.support.broker import BrokerProcess, WireClient, create_diskless_topic
 
 
 def txn(broker: BrokerProcess, *args: str) -> object:
@@ -59,12 +60,16 @@ def test_list_describe_and_describe_producers_of_an_open_transaction(broker: Bro
     assert missing.rc == 1, missing  # type: ignore[attr-defined]
 
 
-def test_abort_an_open_transaction_by_its_start_offset(broker: BrokerProcess, topic_name: str) -> None:
+@pytest.mark.parametrize("kind", ["classic", "diskless"])
+def test_abort_an_open_transaction_by_its_start_offset(broker: BrokerProcess, topic_name: str, kind: str) -> None:
     """What an operator does with a hanging transaction (one whose coordinator will never end
     it): find it by its first offset and write the ABORT marker with the tool. KIP-890's
     verification keeps clients from making a really hanging one, so an open transaction of a
     live producer stands in for it."""
-    create_topic(broker.bootstrap, topic_name, 1)
+    if kind == "diskless":
+        create_diskless_topic(broker.bootstrap, topic_name, partitions=1)
+    else:
+        create_topic(broker.bootstrap, topic_name, 1)
     producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"{topic_name}-h",
                          "transaction.timeout.ms": 900_000})
     producer.init_transactions(30)
@@ -99,3 +104,26 @@ def test_transactional_records_need_the_transactional_id(broker: BrokerProcess, 
         )
     # TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka answers transactional records without an id
     assert answer.responses[0].partition_responses[0].error_code == 53
+
+
+def test_dump_log_shows_markers_in_wal_objects_and_the_transaction_state(broker: BrokerProcess, topic_name: str) -> None:
+    create_diskless_topic(broker.bootstrap, topic_name, partitions=1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": f"{topic_name}-dump"})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce(topic_name, value=b"kept", partition=0)
+    producer.commit_transaction(30)
+    state = shoal("dump-log", "--transaction-log-decoder", "--config", str(broker.properties_path))
+    assert state.rc == 0, state
+    line = next(x for x in state.out.splitlines() if f"transactionalId={topic_name}-dump" in x)
+    assert "state=CompleteCommit" in line and "producerEpoch:0" in line, line
+    assert broker.objects_dir is not None
+    deadline = time.monotonic() + 10
+    while True:  # the marker's WAL object is committed before the coordinator completes
+        objects = sorted(str(p) for p in broker.objects_dir.rglob("*") if p.is_file())
+        dumped = shoal("dump-log", "--print-data", "--config", str(broker.properties_path), *objects)
+        if "endTxnMarker: COMMIT" in dumped.out or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert dumped.rc == 0, dumped
+    assert "isTransactional: true" in dumped.out and "endTxnMarker: COMMIT coordinatorEpoch:" in dumped.out, dumped

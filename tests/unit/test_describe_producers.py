@@ -1,7 +1,8 @@
 """DescribeProducers (KIP-664) through the partitions seam and its handler, wired as the broker wires
 them (real classic logs on a log dir, diskless on SQLite and a local object store). Idempotent
 batches go through the produce path; transactional ones are appended on the leader's log directly
-(no transaction coordinator runs here to verify them) and ended with WriteTxnMarkers through the seam."""
+(no transaction coordinator runs here to verify them; diskless ones go through the seam with a
+verification that lets them in) and ended with WriteTxnMarkers through the seam."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from kio.schema.describe_producers.v0.request import DescribeProducersRequest, T
 
 from shoal.classic.replica_manager import ReplicaManager
 from shoal.config import Config
+from shoal.coordinator.faulty import Fault, FaultyBatchCoordinator
 from shoal.metadata.cache import MetadataCache
 from shoal.metadata.controller import Controller, NewTopic
 from shoal.metadata.records import RegisterBrokerRecord
@@ -174,11 +176,41 @@ async def test_unknown_partitions_and_a_partition_without_a_replica_here(node: N
     assert outcome.error == ErrorCode.not_leader_or_follower
 
 
-async def test_diskless_partitions_answer_no_producers(node: Node) -> None:
+async def _verified(transactional_id: str, pid: int, epoch: int, topic: str, partition: int) -> None:
+    """KIP-890 verification that lets every transaction in (no transaction coordinator runs here)."""
+
+
+async def _no_group_markers(partition: int, marker: TxnMarker) -> ErrorCode:
+    return ErrorCode.none
+
+
+async def test_diskless_partitions_answer_the_batch_coordinators_producers(
+    node: Node, monkeypatch: pytest.MonkeyPatch
+) -> None:
     await node.create("d", **{"diskless.enable": "true"})
+    node.partitions.serve_transactions(_verified, _no_group_markers)
     assert await node.idempotent("d", 5, 0, 2) == 0
+    (opened,) = await node.partitions.append(
+        [AppendRequest("d", 0, batch(7, 0, 0, 2, txn=True, timestamp=TS + 100))],
+        ProduceOptions(acks=-1, produce_version=9, transactional_id="tx-7"),
+    )
+    assert (opened.error, opened.base_offset) == (ErrorCode.none, 2)
+    await node.abort("d", 5, coordinator_epoch=3)  # nothing ongoing: only the coordinator epoch stays
     (outcome,) = await node.partitions.describe_producers([("d", 0)])
-    assert (outcome.error, outcome.producers) == (ErrorCode.none, ())
+    assert outcome.error == ErrorCode.none
+    assert outcome.producers == (
+        ActiveProducer(5, 0, last_sequence=1, last_timestamp=TS + 1, coordinator_epoch=3, current_txn_start_offset=-1),
+        ActiveProducer(7, 0, last_sequence=1, last_timestamp=TS + 101, coordinator_epoch=-1, current_txn_start_offset=2),
+    )
+    # The Batch Coordinator unreachable: that partition's answer is retriable.
+    topic = node.metadata.image.topic("d")
+    assert topic is not None
+    kind = node.partitions.kind_of(topic)
+    faulty = FaultyBatchCoordinator(kind._coordinator)  # type: ignore[attr-defined]
+    faulty.set_fault("describe_producers", Fault(failure_rate=1.0))
+    monkeypatch.setattr(kind, "_coordinator", faulty)
+    (down,) = await node.partitions.describe_producers([("d", 0)])
+    assert (down.error, down.producers) == (ErrorCode.kafka_storage_error, ())
 
 
 async def test_the_handler_answers_per_topic_and_partition_in_request_order(node: Node) -> None:

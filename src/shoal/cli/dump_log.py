@@ -30,6 +30,7 @@ import typer
 from shoal.classic.txn_index import TransactionIndex
 from shoal.cli.diskless_metadata import MetadataStoreReader, ToolError, format_time
 from shoal.cli.dump_remote import fetch_remote_segment, remote_label
+from shoal.cli.dump_txn_state import transaction_state_lines
 from shoal.cli.process_exit import exit_without_finalizing
 from shoal.cli.store_options import ConfigOpt, DataDirOpt, MetadataDirOpt, OverrideOpt, tool_config
 from shoal.coordinator.api import BatchInfo, ObjectDescription
@@ -388,6 +389,10 @@ def dump_log(
         typer.Option("--remote-segment", help="TOPIC:PARTITION:OFFSET: dump the tiered (remote) segment holding "
                      "that offset, read through the remote storage (needs the stores).", show_default=False),
     ] = None,
+    transaction_log_decoder: Annotated[
+        bool, typer.Option("--transaction-log-decoder", help="Print the transaction coordinator's state (Kafka's "
+                           "__transaction_state records; kept in the metadata store), one transactional id per line.")
+    ] = False,
     config: ConfigOpt = None,
     data_dir: DataDirOpt = None,
     metadata_dir: MetadataDirOpt = None,
@@ -398,8 +403,11 @@ def dump_log(
     With the stores (``--config``, ``--data-dir``, or ``./shoal-data`` when it exists), each WAL
     batch is shown with its topic and assigned offsets."""
     paths = [*(files or []), *(Path(p.strip()) for p in (files_opt or "").split(",") if p.strip())]
-    if not paths and not remote_segment:
-        typer.echo("Error: Missing required argument: give FILE..., --files or --remote-segment", err=True)
+    if not paths and not remote_segment and not transaction_log_decoder:
+        typer.echo(
+            "Error: Missing required argument: give FILE..., --files, --remote-segment or --transaction-log-decoder",
+            err=True,
+        )
         raise typer.Exit(2)
     store: MetadataStoreReader | None = None
     explicit = config is not None or data_dir is not None or metadata_dir is not None
@@ -423,6 +431,15 @@ def dump_log(
             label = remote_label(segment)
             out.line(f"Dumping {label}")
             dump_classic(out, label, data, deep_iteration, print_data)
+        if transaction_log_decoder:
+            try:
+                lines = transaction_state_lines(tool_config(config, data_dir, metadata_dir, override))
+            except ToolError as exc:
+                typer.echo(f"Error: {exc}", err=True)
+                raise typer.Exit(exc.exit_code) from None
+            out.line("Dumping the transaction state (__transaction_state)")
+            for line in lines:
+                out.line(line)
         sys.stdout.flush()
     except BrokenPipeError:  # `| head`: stop quietly, as a pipeline expects
         # Point stdout at /dev/null so the interpreter's final flush does not fail again.

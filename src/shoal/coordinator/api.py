@@ -152,6 +152,26 @@ class FindBatchResponse:
     aborted_transactions: list[tuple[int, int]] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class ProducerStateEntry:
+    """What a diskless partition knows of one producer (Kafka's ProducerStateEntry as DescribeProducers
+    shows it), so operators can find hanging transactions on diskless partitions too.
+
+    ``last_sequence``: its last remembered batch's (-1: none, a producer known only through markers
+    or whose epoch a marker bumped). ``last_timestamp``: that batch's max timestamp (its append time
+    under LogAppendTime) while the coordinator still holds the batch, else -1; markers do not move
+    it (Kafka's does: the coordinator keeps no marker timestamps). ``coordinator_epoch``: of its last
+    marker (-1: none). ``current_txn_start_offset``: its ongoing transaction's first offset (-1: none).
+    """
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
+
+
 class ListOffsetsTimestamp:
     """Special timestamps of ListOffsets, as Kafka's ListOffsetsRequest defines them."""
 
@@ -410,6 +430,12 @@ class BatchCoordinator(Protocol):
         offset) in marker order) of a diskless partition from one snapshot, or None when the
         partition is unknown: what a reader that skips Fetch (the Spark pipeline) needs to read
         committed data only."""
+
+    def describe_producers(self, topic_id: uuid.UUID, partition: int) -> list[ProducerStateEntry] | None:
+        """Every producer the diskless partition knows (remembered batches and/or a transaction row),
+        in producer id order, from one snapshot, or None when the partition is unknown: what
+        DescribeProducers answers (``kafka-transactions.sh describe-producers`` / ``find-hanging``).
+        Its epoch is the later of its batches' and its transaction row's; see ProducerStateEntry."""
 
     def delete_records(self, requests: list[DeleteRecordsRequest]) -> list[DeleteRecordsResponse]:
         """Move log start offsets and logically delete the batches below them; aborted

@@ -48,6 +48,7 @@ from shoal.coordinator.api import (
     ListOffsetsResponse,
     ObjectCandidate,
     ObjectDescription,
+    ProducerStateEntry,
     ReplaceResult,
     TopicDescription,
 )
@@ -64,6 +65,7 @@ OPERATIONS = (
     "list_offsets",
     "get_log_info",
     "transaction_state",
+    "describe_producers",
     "delete_records",
     "delete_tiered_batches",
     "enforce_retention",
@@ -142,6 +144,10 @@ class FaultyBatchCoordinator(FaultControlled):
     def transaction_state(self, topic_id: uuid.UUID, partition: int) -> tuple[int, list[tuple[int, int, int]]] | None:
         """Delegated unless a fault picks this call."""
         return self._call("transaction_state", lambda: self.inner.transaction_state(topic_id, partition))
+
+    def describe_producers(self, topic_id: uuid.UUID, partition: int) -> list[ProducerStateEntry] | None:
+        """Delegated unless a fault picks this call."""
+        return self._call("describe_producers", lambda: self.inner.describe_producers(topic_id, partition))
 
     def delete_records(self, requests: list[DeleteRecordsRequest]) -> list[DeleteRecordsResponse]:
         """Delegated unless a fault picks this call."""

@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from shoal.coordinator.api import CommitBatchRequest, ListOffsetsTimestamp
+from shoal.coordinator.api import CommitBatchRequest, ListOffsetsTimestamp, ProducerStateEntry
 from shoal.coordinator.idempotence import NO_PRODUCER, ProducerState
 from shoal.protocol.errors import ErrorCode
 
@@ -215,3 +215,29 @@ def collect_aborted(
         if lso >= upper_bound_offset:
             break
     return found
+
+
+def producer_entries(
+    last_batches: Iterable[tuple[int, int, int, int]], txn_rows: Iterable[tuple[int, int, int, int | None]]
+) -> list[ProducerStateEntry]:
+    """DescribeProducers' view of a partition from what the backends store, in producer id order.
+
+    ``last_batches``: (producer id, epoch, last sequence, last timestamp) of each producer's last
+    remembered batch; ``txn_rows``: (producer id, epoch, coordinator epoch, ongoing transaction's
+    first offset or None) of its transaction row. The producer's epoch is the later of the two (as
+    the commit checks take it); batches of an older epoch than a marker left are not its state."""
+    batches = {pid: (epoch, seq, ts) for pid, epoch, seq, ts in last_batches}
+    txns = {pid: (epoch, coordinator_epoch, first) for pid, epoch, coordinator_epoch, first in txn_rows}
+    entries = []
+    for pid in sorted(batches.keys() | txns.keys()):
+        batch_epoch, last_sequence, last_timestamp = batches.get(pid, (NO_PRODUCER, -1, -1))
+        txn_epoch, coordinator_epoch, first = txns.get(pid, (NO_PRODUCER, -1, None))
+        epoch = max(batch_epoch, txn_epoch)
+        if batch_epoch != epoch:
+            last_sequence, last_timestamp = -1, -1
+        entries.append(
+            ProducerStateEntry(
+                pid, epoch, last_sequence, last_timestamp, coordinator_epoch, NO_TXN if first is None else first
+            )
+        )
+    return entries

@@ -30,6 +30,7 @@ from shoal.diskless.read import DisklessReader, PartitionRead, exact_timestamp_o
 from shoal.diskless.retention import RetentionTask
 from shoal.metadata.image import MetadataImage, TopicImage
 from shoal.partitions.api import (
+    ActiveProducer,
     AppendOutcome,
     DeleteOutcome,
     EpochEndOutcome,
@@ -389,10 +390,32 @@ class DisklessPartitions:
             await self._caches.publish(image)
 
     async def describe_producers(self, partitions: Sequence[PartitionRef]) -> list[ProducersOutcome]:
-        """No producers, from any broker. The Batch Coordinator keeps each idempotent producer's last
-        batches per partition, but KIP-1164's interface has no read of them, and diskless partitions
-        take no transactions (so none can hang, which is what DescribeProducers is asked to find)."""
-        return [ProducersOutcome(ErrorCode.none) for _ in partitions]
+        """The producers the Batch Coordinator knows on each partition (their last batches, epochs,
+        ongoing transaction), so ``kafka-transactions.sh find-hanging`` sees diskless partitions too.
+        Any broker answers, as every broker serves every diskless partition; the coordinator
+        unreachable is KAFKA_STORAGE_ERROR for that partition (retriable), one it does not know
+        UNKNOWN_TOPIC_OR_PARTITION (the image has it, the coordinator not yet)."""
+        outcomes = []
+        for ref in partitions:
+            try:
+                entries = await self._run_blocking(
+                    self._coordinator.describe_producers, ref.topic.topic_id, ref.partition
+                )
+            except Exception as exc:  # coordinator unreachable: retriable, keep the connection
+                log.warning("DescribeProducers of %s-%d on the Batch Coordinator failed: %s: %s",
+                            ref.name, ref.partition, type(exc).__name__, exc)
+                outcomes.append(ProducersOutcome(ErrorCode.kafka_storage_error, "Batch Coordinator unavailable"))
+                continue
+            if entries is None:
+                outcomes.append(ProducersOutcome(ErrorCode.unknown_topic_or_partition))
+                continue
+            producers = tuple(
+                ActiveProducer(e.producer_id, e.producer_epoch, e.last_sequence, e.last_timestamp,
+                               e.coordinator_epoch, e.current_txn_start_offset)
+                for e in entries
+            )
+            outcomes.append(ProducersOutcome(ErrorCode.none, producers=producers))
+        return outcomes
 
 
 async def _none() -> None:

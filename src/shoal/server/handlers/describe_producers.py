@@ -4,8 +4,8 @@
 As Kafka's ``KafkaApis.handleDescribeProducersRequest``: a topic name that is not a valid one is
 INVALID_TOPIC_EXCEPTION for each of its partitions, an unknown topic or partition
 UNKNOWN_TOPIC_OR_PARTITION; otherwise this broker's replica answers (a follower's too, so an
-operator can compare replicas), NOT_LEADER_OR_FOLLOWER when it has none. Diskless partitions
-answer no producers (``partitions/diskless.py`` says why).
+operator can compare replicas), NOT_LEADER_OR_FOLLOWER when it has none. Any broker answers for a
+diskless partition, from the Batch Coordinator's producer state.
 """
 
 from __future__ import annotations

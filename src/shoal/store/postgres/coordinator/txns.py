@@ -1,7 +1,8 @@
 """Transactions on diskless partitions in PostgreSQL, as in the SQLite backend
 (``shoal.store.sqlite.coordinator.txns``; ``shoal.coordinator.transactions`` has the rules): the
 state a commit loads and writes, the aborted transactions a READ_COMMITTED fetch reads, pruning,
-and ``transaction_state`` for the Spark reader. Every statement takes many partitions at once.
+``transaction_state`` for the Spark reader and ``describe_producers`` for DescribeProducers. Every
+statement of the hot paths takes many partitions at once.
 """
 
 from __future__ import annotations
@@ -10,7 +11,15 @@ import uuid
 
 import psycopg
 
-from shoal.coordinator.transactions import NO_TXN, LogTxns, ProducerTxn, collect_aborted, last_stable_offset
+from shoal.coordinator.api import ProducerStateEntry
+from shoal.coordinator.transactions import (
+    NO_TXN,
+    LogTxns,
+    ProducerTxn,
+    collect_aborted,
+    last_stable_offset,
+    producer_entries,
+)
 from shoal.store.postgres.coordinator.base import CoordinatorBase
 
 #: The first offset of a log's earliest ongoing transaction (NULL: none), correlated on ``l.log_id``.
@@ -89,6 +98,28 @@ WHERE l.topic_id = %s AND l.partition = %s
 ORDER BY a.last_offset
 """
 
+_PRODUCERS_LOG_SQL = "SELECT l.log_id FROM diskless_logs AS l WHERE l.topic_id = %s AND l.partition = %s"
+
+# Each producer's last remembered batch, with that batch's max timestamp (its append time under
+# LogAppendTime) while the log still holds it (-1 once deleted): the first batch ending at or after
+# its offset, one seek of the primary key, is it only if it starts there.
+_PRODUCER_BATCHES_SQL = """
+SELECT s.producer_id, s.producer_epoch, s.last_sequence, COALESCE((
+    SELECT CASE WHEN b.base_offset = s.assigned_offset THEN
+        CASE WHEN b.timestamp_type = 1 THEN b.log_append_time ELSE b.batch_max_timestamp END END
+    FROM diskless_batches AS b WHERE b.log_id = s.log_id AND b.last_offset >= s.assigned_offset
+    ORDER BY b.last_offset LIMIT 1), -1)
+FROM diskless_logs AS l JOIN diskless_producer_state AS s ON s.log_id = l.log_id
+WHERE l.topic_id = %s AND l.partition = %s AND s.row_id = (
+    SELECT MAX(r.row_id) FROM diskless_producer_state AS r WHERE r.log_id = s.log_id AND r.producer_id = s.producer_id)
+"""
+
+_PRODUCER_TXNS_SQL = """
+SELECT t.producer_id, t.producer_epoch, t.coordinator_epoch, t.txn_first_offset
+FROM diskless_logs AS l JOIN diskless_producer_txns AS t ON t.log_id = l.log_id
+WHERE l.topic_id = %s AND l.partition = %s
+"""
+
 
 def queue_load_txns(
     conn: psycopg.Connection, keys: list[tuple[uuid.UUID, int, int]]
@@ -161,7 +192,8 @@ def delete_log_txns(conn: psycopg.Connection, log_ids: list[int]) -> None:
 
 
 class TxnMixin(CoordinatorBase):
-    """``transaction_state``: what a reader that skips Fetch needs to read committed data only."""
+    """``transaction_state``: what a reader that skips Fetch needs to read committed data only;
+    ``describe_producers``: what DescribeProducers shows of a partition's producers."""
 
     def transaction_state(
         self, topic_id: uuid.UUID, partition: int
@@ -181,3 +213,18 @@ class TxnMixin(CoordinatorBase):
         return last_stable_offset(log_start_offset, high_watermark, first_ongoing), [
             (pid, first, last) for pid, first, last in aborted
         ]
+
+    def describe_producers(self, topic_id: uuid.UUID, partition: int) -> list[ProducerStateEntry] | None:
+        """The producers the partition knows, in producer id order, from one snapshot (the three
+        statements travel together), or None for an unknown partition."""
+
+        def work(conn: psycopg.Connection) -> tuple[tuple | None, list[tuple], list[tuple]]:
+            log = conn.execute(_PRODUCERS_LOG_SQL, (topic_id, partition))
+            batches = conn.execute(_PRODUCER_BATCHES_SQL, (topic_id, partition))
+            txns = conn.execute(_PRODUCER_TXNS_SQL, (topic_id, partition))
+            return log.fetchone(), batches.fetchall(), txns.fetchall()
+
+        log, batches, txns = self._read("describe_producers", work, snapshot=True)
+        if log is None:
+            return None
+        return producer_entries(batches, txns)

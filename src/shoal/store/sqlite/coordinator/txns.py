@@ -1,13 +1,22 @@
 """Transactions on diskless partitions in SQLite: loading and saving what a commit decides
 (``shoal.coordinator.transactions`` has the rules), the reads fetches need (last stable offset,
-aborted transactions), pruning, and ``transaction_state`` for the Spark reader."""
+aborted transactions), pruning, ``transaction_state`` for the Spark reader and ``describe_producers``
+for DescribeProducers."""
 
 from __future__ import annotations
 
 import sqlite3
 import uuid
 
-from shoal.coordinator.transactions import NO_TXN, LogTxns, ProducerTxn, collect_aborted, last_stable_offset
+from shoal.coordinator.api import ProducerStateEntry
+from shoal.coordinator.transactions import (
+    NO_TXN,
+    LogTxns,
+    ProducerTxn,
+    collect_aborted,
+    last_stable_offset,
+    producer_entries,
+)
 from shoal.store.sqlite.coordinator.base import CoordinatorBase
 
 _ONGOING_SQL = (
@@ -36,6 +45,20 @@ _ABORTED_FROM_SQL = (
     "SELECT producer_id, first_offset, last_offset, last_stable_offset FROM diskless_aborted_txns "
     "WHERE log_id = ? AND last_offset >= ? ORDER BY last_offset"
 )
+
+# Each producer's last remembered batch, with that batch's max timestamp (its append time under
+# LogAppendTime) while the log still holds it (-1 once deleted): the first batch ending at or after
+# its offset, one seek of the primary key, is it only if it starts there.
+_LAST_BATCHES_SQL = """
+SELECT s.producer_id, s.producer_epoch, s.last_sequence, COALESCE((
+    SELECT CASE WHEN b.base_offset = s.assigned_offset THEN
+        CASE WHEN b.timestamp_type = 1 THEN b.log_append_time ELSE b.batch_max_timestamp END END
+    FROM diskless_batches AS b WHERE b.log_id = s.log_id AND b.last_offset >= s.assigned_offset
+    ORDER BY b.last_offset LIMIT 1), -1)
+FROM diskless_producer_state AS s
+WHERE s.log_id = ? AND s.row_id = (
+    SELECT MAX(r.row_id) FROM diskless_producer_state AS r WHERE r.log_id = s.log_id AND r.producer_id = s.producer_id)
+"""
 
 
 def load_log_txns(conn: sqlite3.Connection, log_id: int) -> LogTxns:
@@ -97,7 +120,8 @@ def delete_log_txns(conn: sqlite3.Connection, log_id: int) -> None:
 
 
 class TxnMixin(CoordinatorBase):
-    """``transaction_state``: what a reader that skips Fetch needs to read committed data only."""
+    """``transaction_state``: what a reader that skips Fetch needs to read committed data only;
+    ``describe_producers``: what DescribeProducers shows of a partition's producers."""
 
     def transaction_state(
         self, topic_id: uuid.UUID, partition: int
@@ -121,3 +145,21 @@ class TxnMixin(CoordinatorBase):
             ).fetchall()
         lso = last_stable_offset(log_start_offset, high_watermark, first_ongoing)
         return lso, [(pid, first, last) for pid, first, last in aborted]
+
+    def describe_producers(self, topic_id: uuid.UUID, partition: int) -> list[ProducerStateEntry] | None:
+        """The producers the partition knows, in producer id order, from one snapshot, or None for an
+        unknown partition (``BatchCoordinator.describe_producers``)."""
+        with self._read() as conn:
+            conn.execute("BEGIN")  # one snapshot for the reads; _read rolls it back
+            log = conn.execute(
+                "SELECT log_id FROM diskless_logs WHERE topic_id = ? AND partition = ?", (topic_id.bytes, partition)
+            ).fetchone()
+            if log is None:
+                return None
+            batches = conn.execute(_LAST_BATCHES_SQL, (log[0],)).fetchall()
+            txns = conn.execute(
+                "SELECT producer_id, producer_epoch, coordinator_epoch, txn_first_offset FROM diskless_producer_txns "
+                "WHERE log_id = ?",
+                (log[0],),
+            ).fetchall()
+        return producer_entries(batches, txns)
