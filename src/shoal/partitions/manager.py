@@ -41,6 +41,7 @@ from shoal.partitions.api import (
 )
 from shoal.partitions.classic import ClassicPartitions
 from shoal.partitions.notify import CommitNotifier
+from shoal.partitions.refusals import check_leader_epoch, unknown_partition
 from shoal.partitions.transactions import (
     GROUP_METADATA_TOPIC,
     GroupMarkers,
@@ -62,13 +63,6 @@ _background: set[asyncio.Future[Any]] = set()
 T = TypeVar("T")
 Outcome = TypeVar("Outcome")
 
-
-
-def unknown_partition(topic: str, partition: int) -> KafkaError:
-    return KafkaError(
-        ErrorCode.unknown_topic_or_partition,
-        f"This server does not host this topic-partition: {topic}-{partition}",
-    )
 
 
 class Partitions:
@@ -585,18 +579,3 @@ class Partitions:
             lambda exc: ProducersOutcome(exc.code, exc.message),
         )
 
-
-def check_leader_epoch(ref: PartitionRef, current_leader_epoch: int) -> KafkaError | None:
-    """Kafka's leader epoch check of a client's request (KIP-320): None when it may proceed."""
-    epoch = ref.topic.partitions[ref.partition].leader_epoch
-    if current_leader_epoch < 0 or current_leader_epoch == epoch:
-        return None
-    if current_leader_epoch < epoch:
-        return KafkaError(
-            ErrorCode.fenced_leader_epoch,
-            f"the request's leader epoch {current_leader_epoch} of {ref.name}-{ref.partition} is older than {epoch}",
-        )
-    return KafkaError(
-        ErrorCode.unknown_leader_epoch,
-        f"the request's leader epoch {current_leader_epoch} of {ref.name}-{ref.partition} is newer than {epoch}",
-    )
