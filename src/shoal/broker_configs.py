@@ -354,6 +354,68 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             at_least(0),
         ),
         ConfigDef(
+            "log.cleaner.enable",
+            ConfigType.BOOLEAN,
+            True,
+            "Run the log cleaner, which compacts topics with `cleanup.policy=compact` (classic logs on "
+            "this broker, and the diskless partitions this broker cleans).",
+        ),
+        ConfigDef(
+            "log.cleaner.threads",
+            ConfigType.INT,
+            1,
+            "Cleaner threads; each cleans one log at a time and gets an equal share of the dedupe buffer.",
+            at_least(0),
+        ),
+        ConfigDef(
+            "log.cleaner.dedupe.buffer.size",
+            ConfigType.LONG,
+            128 * MiB,
+            "Memory for the key -> offset maps of all cleaner threads, counted as Kafka counts it (24 bytes "
+            "a key at a 0.9 load factor): how many distinct keys one cleaning pass can take.",
+        ),
+        ConfigDef(
+            "log.cleaner.io.max.bytes.per.second",
+            ConfigType.DOUBLE,
+            1.7976931348623157e308,
+            "The most bytes per second the cleaner threads read and write together; they sleep to stay below it.",
+        ),
+        ConfigDef(
+            "log.cleaner.backoff.ms",
+            ConfigType.LONG,
+            15000,
+            "How long a cleaner thread sleeps when no log needs cleaning.",
+            at_least(0),
+        ),
+        ConfigDef(
+            "log.cleaner.min.cleanable.ratio",
+            ConfigType.DOUBLE,
+            0.5,
+            "Default of the topic config `min.cleanable.dirty.ratio`.",
+            between(0, 1),
+        ),
+        ConfigDef(
+            "log.cleaner.delete.retention.ms",
+            ConfigType.LONG,
+            86400000,
+            "Default of the topic config `delete.retention.ms`.",
+            at_least(0),
+        ),
+        ConfigDef(
+            "log.cleaner.min.compaction.lag.ms",
+            ConfigType.LONG,
+            0,
+            "Default of the topic config `min.compaction.lag.ms`.",
+            at_least(0),
+        ),
+        ConfigDef(
+            "log.cleaner.max.compaction.lag.ms",
+            ConfigType.LONG,
+            2**63 - 1,
+            "Default of the topic config `max.compaction.lag.ms`.",
+            at_least(1),
+        ),
+        ConfigDef(
             "log.message.timestamp.type",
             ConfigType.STRING,
             "CreateTime",

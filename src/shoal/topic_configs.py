@@ -43,9 +43,8 @@ LONG_MAX = 2**63 - 1
 
 # Compaction, tiered storage and replication throttles only act where Shoal does not go yet.
 _COMPACTION_ONLY = (
-    "Only compacted topics use it, and `cleanup.policy=compact` is refused until log compaction is "
-    "built, so here it is stored and described without effect, as Kafka ignores it on a topic that "
-    "is not compacted."
+    "Honoured when `cleanup.policy` includes `compact` (classic and diskless topics); Kafka ignores it "
+    "otherwise, and so does Shoal."
 )
 _RECOMPRESSION_ONLY = (
     "Only used when the broker recompresses, and `compression.type` must stay `producer` (the broker "
@@ -209,22 +208,28 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             "delete.retention.ms",
             ConfigType.LONG,
             86400000,
-            f"How long delete tombstones are kept in a compacted topic. {_COMPACTION_ONLY}",
+            "How long a tombstone (a record with a key and no value) and a transaction marker stay in a "
+            "compacted log after the cleaner first reached them (KIP-534's delete horizon), so consumers "
+            f"that read to the end in that time see the delete. {_COMPACTION_ONLY}",
             at_least(0),
+            "log.cleaner.delete.retention.ms",
         ),
         _def(
             "min.compaction.lag.ms",
             ConfigType.LONG,
             0,
-            f"The least time a record stays uncompacted. {_COMPACTION_ONLY}",
+            f"The least time a record stays uncompacted: segments with newer records are not cleaned. {_COMPACTION_ONLY}",
             at_least(0),
+            "log.cleaner.min.compaction.lag.ms",
         ),
         _def(
             "max.compaction.lag.ms",
             ConfigType.LONG,
             LONG_MAX,
-            f"The most time a record stays ineligible for compaction. {_COMPACTION_ONLY}",
+            "The most time a record stays uncompacted: a log whose first uncleaned record is older is "
+            f"cleaned whatever its dirty ratio. {_COMPACTION_ONLY}",
             at_least(1),
+            "log.cleaner.max.compaction.lag.ms",
         ),
         _def(
             "file.delete.delay.ms",
@@ -240,16 +245,19 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
             "min.cleanable.dirty.ratio",
             ConfigType.DOUBLE,
             0.5,
-            f"How much of a compacted log must be uncompacted before the cleaner works on it. {_COMPACTION_ONLY}",
+            "How much of a compacted log (dirty bytes over all cleanable bytes) must be uncleaned before "
+            f"the cleaner works on it. {_COMPACTION_ONLY}",
             between(0, 1),
+            "log.cleaner.min.cleanable.ratio",
         ),
         _def(
             "cleanup.policy",
             ConfigType.LIST,
             ["delete"],
-            "`delete`: retention (`retention.ms`, `retention.bytes`) deletes old data; an empty list keeps "
-            "data forever (only DeleteRecords removes it), as in Kafka 4.x. `compact` is refused with "
-            "INVALID_CONFIG until log compaction is built.",
+            "`delete`: retention (`retention.ms`, `retention.bytes`) deletes old data; `compact`: the log "
+            "cleaner keeps the latest record of every key (records without a key are refused with "
+            "INVALID_RECORD); both together do both; an empty list keeps data forever (only DeleteRecords "
+            "removes it), as in Kafka 4.x.",
             valid_list("compact", "delete"),
         ),
         _def(
@@ -499,14 +507,8 @@ def validate_tiering_change(old: Mapping[str, str], new: Mapping[str, str]) -> N
 
 
 # Values that ask for behaviour this Shoal version does not have: refused, never accepted and
-# ignored (a Kafka Connect or Streams topic would otherwise grow forever without compaction).
+# ignored.
 _NOT_BUILT_YET: dict[str, Callable[[Any], str | None]] = {
-    "cleanup.policy": lambda v: (
-        "compacted topics are not supported by this Shoal version yet (log compaction is not built); "
-        "use cleanup.policy=delete"
-        if "compact" in v
-        else None
-    ),
     "compression.type": lambda v: (
         "this Shoal version stores batches as the producer compressed them and does not recompress "
         "them yet; only compression.type=producer is supported"

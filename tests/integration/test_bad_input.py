@@ -260,7 +260,7 @@ INVALID_CONFIGS = {
     "diskless-enable-maybe": {"diskless.enable": "maybe"},
     "segment-bytes-too-small": {"segment.bytes": "1"},
     "cleanup-policy-unknown": {"cleanup.policy": "shred"},
-    "cleanup-policy-compact-not-built": {"cleanup.policy": "compact"},
+    "dirty-ratio-out-of-range": {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "1.5"},
 }
 
 

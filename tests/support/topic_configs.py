@@ -205,8 +205,6 @@ INVALID_TOGETHER: list[tuple[dict[str, str], str]] = [
 #: Values Kafka accepts and Shoal refuses because they ask for what it does not do yet, with the
 #: part of the message that says so.
 REFUSED_BY_DESIGN: dict[tuple[str, str], str] = {
-    ("cleanup.policy", "compact"): "compacted topics are not supported by this Shoal version yet",
-    ("cleanup.policy", "delete,compact"): "compacted topics are not supported by this Shoal version yet",
     ("compression.type", "gzip"): "only compression.type=producer is supported",
     ("compression.type", "uncompressed"): "only compression.type=producer is supported",
     ("compression.type", "zstd"): "only compression.type=producer is supported",

@@ -353,8 +353,6 @@ def test_create_topic_rejects_names_colliding_on_dot_and_underscore(store: Sqlit
         ({**DISKLESS, "retention.ms": None}, "value must not be null"),
         ({"diskless.enable": "maybe"}, "Expected value to be either true or false"),
         # Values asking for what Shoal does not do yet are refused, not accepted and ignored.
-        ({"cleanup.policy": "compact"}, "compacted topics are not supported by this Shoal version yet"),
-        ({"cleanup.policy": "delete,compact"}, "compacted topics are not supported"),
         ({**DISKLESS, "compression.type": "zstd"}, "only compression.type=producer is supported"),
     ],
 )

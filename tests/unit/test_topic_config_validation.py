@@ -83,6 +83,8 @@ def test_a_value_shoal_does_not_do_yet_is_refused_saying_so(name: str, value: st
         ("preallocate", "false"),
         ("remote.storage.enable", "FALSE"),
         ("cleanup.policy", "delete"),
+        ("cleanup.policy", "compact"),
+        ("cleanup.policy", "compact,delete"),
     ],
 )
 def test_the_default_of_a_refused_config_is_accepted(name: str, value: str) -> None:

@@ -103,6 +103,13 @@ class CacheReplicas:
         #: Bytes consumers were served from cache logs.
         self.cache_read_bytes = 0
 
+    def _compacted(self, topic: TopicImage) -> bool:
+        """``cleanup.policy`` includes ``compact``: reads go to the coordinator, whose batches the
+        diskless log cleaner compacts (a cache would keep serving what it removed)."""
+        policy = topic.configs.get("cleanup.policy")
+        items = policy.split(",") if isinstance(policy, str) else self._config.topic_default("cleanup.policy")
+        return "compact" in {str(p).strip() for p in items}
+
     def _log_config(self, topic: TopicImage) -> LogConfig:
         return cache_log_config(log_config_for(self._config, topic), topic, self._config.topic_default)
 
@@ -201,6 +208,8 @@ class CacheReplicas:
         r = self.replicas.get(key)
         if r is None or not r.covers(offset) or not r.progress.in_sync(_now_ms(), self.lag_ms):
             return None
+        if self._compacted(r.topic):
+            return None  # the log cleaner rewrites the coordinator's batches, not this copy
         if caught_up_since_ms is not None and offset == r.cache_end and r.progress.caught_up_ms < caught_up_since_ms:
             return None
         if r.committed_end > r.cache_end:

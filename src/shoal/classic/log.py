@@ -28,7 +28,8 @@ follower appends), ``log_roll`` (new segments), ``log_read`` (Fetch reads),
 ``log_list_offsets`` (offsets by timestamp), ``log_flush`` (fsync and the recovery point),
 ``log_retention`` (retention, DeleteRecords, producer-id expiry), ``log_truncation``
 (follower truncation) and ``log_lifecycle`` (close, offline, dir renames, taking over a future
-replica) and ``log_txn`` (last stable offset, aborted transactions, READ_COMMITTED reads). The
+replica), ``log_cleaning`` (the log cleaner's view and segment swaps) and ``log_txn`` (last
+stable offset, aborted transactions, READ_COMMITTED reads). The
 results are in ``log_results``. This module builds the log: ``create`` and
 ``open`` (loading and recovery, through ``recovery.load_segments``).
 """
@@ -49,6 +50,7 @@ from shoal.classic.checkpoint import (
 from shoal.classic.failure import LogDirFailureChannel
 from shoal.classic.leader_epoch import LeaderEpochCache
 from shoal.classic.log_append import AppendMixin
+from shoal.classic.log_cleaning import CleaningMixin
 from shoal.classic.log_config import LogConfig
 from shoal.classic.log_flush import FlushMixin
 from shoal.classic.log_lifecycle import LifecycleMixin
@@ -82,6 +84,7 @@ class PartitionLog(
     RetentionMixin,
     TruncationMixin,
     RolledSegmentsMixin,
+    CleaningMixin,
 ):
     """The log of one partition replica in one partition dir (see the module docstring)."""
 

@@ -3,7 +3,8 @@
 The broker resolves topic overrides over its ``log.*`` defaults and hands the result here as a
 mapping of Kafka topic-config names; ``LogConfig.from_properties`` picks what the engine uses.
 ``internal.segment.bytes``, when set, replaces ``segment.bytes`` (Kafka's ``segmentSize()``), and
-``cleanup.policy`` says whether retention deletes (Kafka's ``config.delete``).
+``cleanup.policy`` says whether retention deletes (Kafka's ``config.delete``) and whether the
+log cleaner compacts (``config.compact``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ _NAMES = {
     "retention.bytes": "retention_bytes",
     "file.delete.delay.ms": "file_delete_delay_ms",
     "producer.id.expiration.ms": "producer_id_expiration_ms",
+    "delete.retention.ms": "delete_retention_ms",
+    "min.compaction.lag.ms": "min_compaction_lag_ms",
+    "max.compaction.lag.ms": "max_compaction_lag_ms",
 }
 
 
@@ -49,6 +53,13 @@ class LogConfig:
     #: ``cleanup.policy`` includes ``delete``: retention.ms / retention.bytes delete old segments.
     #: Without it (an empty policy) only the log start offset (DeleteRecords) removes segments.
     cleanup_delete: bool = True
+    #: ``cleanup.policy`` includes ``compact``: the log cleaner keeps the latest record per key
+    #: (``log_cleaner``), driven by the four settings after it.
+    cleanup_compact: bool = False
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = _LONG_MAX
+    delete_retention_ms: int = 86_400_000
     #: Tiered storage (KIP-405, ``remote.storage.enable``): ``retention_ms`` / ``retention_bytes``
     #: are then the *local* retention (``local.retention.*``, -2: ``retention.*``), a segment is
     #: deleted locally only once it is in remote storage, and ``total_retention_*`` (the topic's
@@ -62,7 +73,7 @@ class LogConfig:
         """Build from Kafka names (``segment.bytes``...); unknown names are ignored, None means default."""
         if not props:
             return cls()
-        values: dict[str, int | bool] = {}
+        values: dict[str, int | bool | float] = {}
         for name, field_name in _NAMES.items():
             value = props.get(name)
             if value is not None:
@@ -73,7 +84,12 @@ class LogConfig:
         policy = props.get("cleanup.policy")
         if policy is not None:
             items = policy if isinstance(policy, list | tuple) else str(policy).split(",")
-            values["cleanup_delete"] = "delete" in {str(p).strip() for p in items}
+            policies = {str(p).strip() for p in items}
+            values["cleanup_delete"] = "delete" in policies
+            values["cleanup_compact"] = "compact" in policies
+        ratio = props.get("min.cleanable.dirty.ratio")
+        if ratio is not None:
+            values["min_cleanable_dirty_ratio"] = float(ratio)  # type: ignore[arg-type]
         if str(props.get("remote.storage.enable", "false")).lower() == "true":
             values["remote_storage_enable"] = True
             defaults = {f.name: f.default for f in fields(cls)}
@@ -91,7 +107,10 @@ class LogConfig:
         props: dict[str, object] = {
             by_field[f.name]: getattr(self, f.name) for f in fields(self) if f.name in by_field
         }
-        props["cleanup.policy"] = "delete" if self.cleanup_delete else ""
+        props["cleanup.policy"] = ",".join(
+            p for p, on in (("compact", self.cleanup_compact), ("delete", self.cleanup_delete)) if on
+        )
+        props["min.cleanable.dirty.ratio"] = self.min_cleanable_dirty_ratio
         if self.remote_storage_enable:  # retention.* is the whole log's, local.retention.* the local one
             props.update({
                 "remote.storage.enable": "true",

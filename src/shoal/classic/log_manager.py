@@ -53,6 +53,7 @@ from shoal.classic.checkpoint import kafka_uuid_str
 from shoal.classic.failure import LogDirFailureChannel, storage_error
 from shoal.classic.future_replica import FutureReplicaMove, delete_dir_name
 from shoal.classic.log import PartitionLog
+from shoal.classic.log_cleaner import CleanerSettings, LogCleaner
 from shoal.classic.log_config import LogConfig
 from shoal.classic.log_manager_failures import DirFailuresMixin, LogDirFailureEvent
 from shoal.classic.log_manager_moves import ReplicaMovesMixin
@@ -90,6 +91,7 @@ class LogManager(StartupMixin, DirFailuresMixin, ReplicaMovesMixin, BackgroundTa
         log_start_checkpoint_interval_ms: int = 60_000,
         high_watermark_checkpoint_interval_ms: int = 5_000,
         producer_expiration_check_interval_ms: int = 600_000,
+        cleaner: CleanerSettings | None = None,
     ) -> None:
         if not log_dirs:
             raise ValueError("at least one log dir is needed")
@@ -124,6 +126,11 @@ class LogManager(StartupMixin, DirFailuresMixin, ReplicaMovesMixin, BackgroundTa
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._started = False
+        #: Compacts ``cleanup.policy=compact`` logs; off unless settings are given (the broker's
+        #: ``log.cleaner.*``).
+        self.cleaner = LogCleaner(
+            cleaner or CleanerSettings(enabled=False), self.all_logs, log_dirs=self.log_dirs, clock=self._clock
+        )
 
     # ------------------------------------------------------------------ topic configs
 

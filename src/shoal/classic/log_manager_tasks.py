@@ -1,4 +1,5 @@
-"""``LogManager``'s background work and clean shutdown: flushing, retention, the delayed deletion
+"""``LogManager``'s background work and clean shutdown: flushing, retention, the log cleaner's
+threads (``log_cleaner``), the delayed deletion
 of removed segment files (``file.delete.delay.ms``), producer-id expiry, finishing moves between
 dirs, and the three offset checkpoints (recovery points, log start offsets, high watermarks), each
 at Kafka's interval, on one daemon thread.
@@ -143,6 +144,7 @@ class BackgroundTasksMixin:
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="log-manager", daemon=True)
         self._thread.start()
+        self.cleaner.start()
 
     def _run(self) -> None:
         while not self._stop.wait(self._intervals.flush_check / 1000):
@@ -152,7 +154,8 @@ class BackgroundTasksMixin:
                 _log.exception("Log manager background round failed")
 
     def stop(self) -> None:
-        """Stop the background thread (waits for the running round)."""
+        """Stop the background thread and the log cleaner (waits for the running round)."""
+        self.cleaner.stop()
         thread, self._thread = self._thread, None
         if thread is not None:
             self._stop.set()

@@ -4,7 +4,10 @@ What Kafka's LogLoader does, in the same order:
 
 1. Leftovers of interrupted operations go: ``*.deleted`` and ``*.cleaned`` files and our own
    ``*.tmp`` files are removed; ``*.swap`` files (a replacement that was fully written) are
-   renamed into place and their segment is recovered; index files without a ``.log`` go.
+   renamed into place and their segment is recovered; index files without a ``.log`` go. The
+   log cleaner's swap of a group of segments leaves ``<base>.swap-end`` (the group's end
+   offset) while it runs: the old segments of the group still there are deleted first, so a
+   crash at any point leaves either the old group or the cleaned segment, never both.
 2. Every ``.log`` is opened. A segment whose index file is missing or fails the sanity checks
    gets its indexes rebuilt (``LogSegment.recover``), clean shutdown or not.
 3. Without the clean-shutdown marker, every segment from the one holding the recovery point
@@ -38,10 +41,12 @@ from shoal.classic.segment import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    SWAP_END_SUFFIX,
     SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
     TXN_INDEX_SUFFIX,
     LogSegment,
+    file_name,
     offset_from_file_name,
 )
 from shoal.records.batch import BatchHeader
@@ -66,10 +71,29 @@ def _unlink(path: Path) -> None:
         os.unlink(path)
 
 
+def _replaced_by_swaps(directory: Path, names: list[str]) -> None:
+    """Delete the old segments a ``.swap`` replaces: those its ``.swap-end`` (written by the log
+    cleaner before the swap) says it covers, above its own base offset (that one is overwritten)."""
+    swaps = {offset_from_file_name(n) for n in names if n.endswith(LOG_SUFFIX + SWAP_SUFFIX)}
+    segment_bases = {offset_from_file_name(n) for n in names if n.endswith(LOG_SUFFIX)}
+    for name in names:
+        if not name.endswith(SWAP_END_SUFFIX):
+            continue
+        base = offset_from_file_name(name)
+        if base not in swaps:
+            continue  # the swap finished (or never began): nothing to replace
+        end = int((directory / name).read_text().strip() or base)
+        for old in sorted(b for b in segment_bases if base < b < end):
+            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+                _unlink(directory / (file_name(old) + suffix))
+
+
 def _clean_leftovers(directory: Path) -> set[int]:
     """Remove temp files, complete swaps; return the base offsets of swapped-in segments."""
+    names = sorted(os.listdir(directory))
+    _replaced_by_swaps(directory, names)
     swapped: set[int] = set()
-    for name in sorted(os.listdir(directory)):
+    for name in names:
         path = directory / name
         if name.endswith((DELETED_SUFFIX, CLEANED_SUFFIX, ".tmp")):
             _unlink(path)
@@ -78,6 +102,9 @@ def _clean_leftovers(directory: Path) -> set[int]:
             os.replace(path, directory / final)
             if final.endswith(LOG_SUFFIX):
                 swapped.add(offset_from_file_name(final))
+    for name in names:
+        if name.endswith(SWAP_END_SUFFIX):
+            _unlink(directory / name)
     return swapped
 
 

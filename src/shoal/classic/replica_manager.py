@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from shoal.classic.log import PartitionLog
+from shoal.classic.log_cleaner import CleanerSettings
 from shoal.classic.log_config import LogConfig
 from shoal.classic.log_dirs import LogDirDescription, describe_log_dirs
 from shoal.classic.log_manager import LogManager, TopicPartition
@@ -55,6 +56,10 @@ LOG_CONFIG_NAMES = (
     "remote.storage.enable",
     "local.retention.ms",
     "local.retention.bytes",
+    "min.cleanable.dirty.ratio",
+    "min.compaction.lag.ms",
+    "max.compaction.lag.ms",
+    "delete.retention.ms",
 )
 
 
@@ -102,6 +107,13 @@ class ReplicaManager:
             expected=self._hosted(image()),
             on_dir_failure=self._dir_failed_in_thread,
             retention_check_interval_ms=config["log.retention.check.interval.ms"],
+            cleaner=CleanerSettings(
+                enabled=config["log.cleaner.enable"],
+                threads=config["log.cleaner.threads"],
+                dedupe_buffer_size=config["log.cleaner.dedupe.buffer.size"],
+                io_max_bytes_per_second=config["log.cleaner.io.max.bytes.per.second"],
+                backoff_ms=config["log.cleaner.backoff.ms"],
+            ),
         )
         self.leader_quota = ReplicationQuota(
             lambda: dynamic_rate(config, image(), node_id, "leader.replication.throttled.rate")

@@ -44,6 +44,7 @@ __all__ = [
     "INDEX_SUFFIX",
     "LOG_SUFFIX",
     "SNAPSHOT_SUFFIX",
+    "SWAP_END_SUFFIX",
     "SWAP_SUFFIX",
     "TIME_INDEX_SUFFIX",
     "TXN_INDEX_SUFFIX",
@@ -62,6 +63,8 @@ SNAPSHOT_SUFFIX = ".snapshot"
 DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
+#: ``<base>.swap-end``: the end offset of the segments a cleaned ``.swap`` segment replaces.
+SWAP_END_SUFFIX = ".swap-end"
 
 _INT32_MAX = 2**31 - 1
 _OVERHEAD = struct.Struct(">qi")  # baseOffset, batchLength
@@ -114,15 +117,17 @@ class LogSegment:
         max_index_size: int,
         now_ms: int,
         create: bool,
+        suffix: str = "",
     ) -> None:
+        """``suffix`` (``.cleaned``) names the files of a segment the log cleaner is writing."""
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         stem = file_name(base_offset)
-        self.log_path = directory / (stem + LOG_SUFFIX)
-        index_path = directory / (stem + INDEX_SUFFIX)
-        time_index_path = directory / (stem + TIME_INDEX_SUFFIX)
-        txn_index_path = directory / (stem + TXN_INDEX_SUFFIX)
+        self.log_path = directory / (stem + LOG_SUFFIX + suffix)
+        index_path = directory / (stem + INDEX_SUFFIX + suffix)
+        time_index_path = directory / (stem + TIME_INDEX_SUFFIX + suffix)
+        txn_index_path = directory / (stem + TXN_INDEX_SUFFIX + suffix)
         #: True when an index file was missing at open: Kafka rebuilds the indexes then.
         self.indexes_missing = not create and not (index_path.exists() and time_index_path.exists())
         if create:
@@ -400,7 +405,7 @@ class LogSegment:
             if (
                 h.base_offset < expected
                 or h.last_offset_delta < 0
-                or h.records_count != h.last_offset_delta + 1
+                or not 0 <= h.records_count <= h.last_offset_delta + 1  # compaction leaves fewer records
                 or not self.can_convert_to_relative_offset(h.last_offset)
             ):
                 break
@@ -435,6 +440,25 @@ class LogSegment:
         self.offset_index.update_dir(directory)
         self.time_index.update_dir(directory)
         self.txn_index.update_dir(directory)
+
+    def change_suffix(self, old: str, new: str) -> None:
+        """Rename every file from ``<name><old>`` to ``<name><new>`` (Kafka's ``changeFileSuffixes``:
+        how a cleaned segment becomes ``.swap`` and then the segment)."""
+
+        def renamed(path: Path) -> Path:
+            name = path.name[: len(path.name) - len(old)] if old else path.name
+            return path.with_name(name + new)
+
+        target = renamed(self.log_path)
+        os.rename(self.log_path, target)
+        self.log_path = target
+        self.offset_index.rename(renamed(self.offset_index.path))
+        self.time_index.rename(renamed(self.time_index.path))
+        self.txn_index.rename(renamed(self.txn_index.path))
+
+    def set_last_modified(self, ms: int) -> None:
+        """Give the ``.log`` file this mtime (a cleaned segment keeps its sources' for retention)."""
+        os.utime(self.log_path, ns=(ms * 1_000_000, ms * 1_000_000))
 
     def close(self) -> None:
         """Add the final time-index entry and close the files (Kafka's ``LogSegment.close``)."""

@@ -95,6 +95,12 @@ class TransactionIndex:
     def update_dir(self, directory: Path) -> None:
         self.path = directory / self.path.name
 
+    def rename(self, path: Path) -> None:
+        """Follow a rename of the file (a cleaned segment's suffix change)."""
+        if self.path.exists():
+            os.rename(self.path, path)
+        self.path = path
+
     # ------------------------------------------------------------------ writes
 
     def append(self, txn: AbortedTxn) -> None:

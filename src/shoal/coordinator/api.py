@@ -353,6 +353,63 @@ class ReplaceResult:
     emptied_object_keys: tuple[str, ...]  # old objects now marked for deletion
 
 
+# Log compaction (cleanup.policy=compact): a broker-side cleaner keeps the latest record per key of
+# a partition's offset range and swaps the range's batches for the cleaned ones (``compact_partition``).
+
+
+@dataclass(frozen=True, slots=True)
+class CleanedBatch:
+    """One batch of a compacted range as written into the new object: the records' original
+    offsets (offsets never move; the log keeps gaps), the source batch's producer fields and flags."""
+
+    base_offset: int
+    last_offset: int
+    byte_offset: int  # in the new object
+    size: int
+    batch_max_timestamp: int
+    message_timestamp_type: TimestampType
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
+    last_sequence: int = -1
+    is_transactional: bool = False
+    is_control: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SourceBatch:
+    """A batch the compactor read: it must still be exactly there for the swap to apply."""
+
+    batch_id: int
+    object_key: str
+    byte_offset: int
+    size: int
+    base_offset: int
+    last_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class CompactPartitionRequest:
+    topic_id_partition: TopicIdPartition
+    start_offset: int  # first offset of the rewritten range (a batch boundary)
+    end_offset: int  # exclusive; a batch boundary
+    source_batches: list[SourceBatch]  # every batch of the partition in the range, in offset order
+    new_batches: list[CleanedBatch]  # what replaces them, in offset order, each within the range
+    cleaned_offset: int  # the cleaner checkpoint to store (Kafka's cleaner-offset-checkpoint): usually end
+
+
+@dataclass(frozen=True, slots=True)
+class CompactPartitionResult:
+    """What one ``compact_partition`` transaction did; ``applied`` False: nothing changed but the
+    new object's registration, marked for deletion (the range changed meanwhile, or no partition)."""
+
+    applied: bool
+    removed_batches: int
+    removed_bytes: int  # bytes of old batches no longer referenced
+    new_object_state: str  # an ObjectState value: DELETING when nothing applied or no new batch was written
+    emptied_object_keys: tuple[str, ...]  # old objects now marked for deletion
+
+
 class BatchCoordinator(Protocol):
     """KIP-1164's pluggable Batch Coordinator.
 
@@ -403,7 +460,8 @@ class BatchCoordinator(Protocol):
 
         An offset outside [log start, high watermark] answers OFFSET_OUT_OF_RANGE; one at or
         above the log start whose batches went to tiered storage (below the first batch left,
-        ``delete_tiered_batches``) answers OFFSET_MOVED_TO_TIERED_STORAGE with no batches.
+        ``delete_tiered_batches``) answers OFFSET_MOVED_TO_TIERED_STORAGE with no batches; one
+        log compaction removed (``compact_partition``) answers the batches from the next one.
 
         Every answer with a known partition carries its last stable offset. A ``read_committed``
         request returns only batches wholly below it (an offset at or past it: no batches, no
@@ -510,6 +568,44 @@ class BatchCoordinator(Protocol):
         Raises ValueError for moves that do not fit the new object (nothing changes), and
         the backend's integrity error if ``new_object_key`` is already committed.
         """
+
+    # Log compaction (cleanup.policy=compact: keep the latest record per key).
+
+    def compact_partition(
+        self,
+        new_object_key: str,
+        new_object_size: int,
+        uploader_broker_id: int,
+        request: CompactPartitionRequest,
+    ) -> CompactPartitionResult:
+        """Swap a partition's batches in [start_offset, end_offset) for cleaned ones, in ONE transaction.
+
+        It applies only if the batches held in the range now (``last_offset >= start_offset`` and
+        ``base_offset < end_offset``) are exactly ``source_batches`` (ids, object keys, byte
+        offsets, sizes, offsets) and ``end_offset`` is at most the high watermark; otherwise (a
+        batch deleted by retention, DeleteRecords or DeleteTopics, moved by ``replace_batches``,
+        or new; an unknown partition) nothing changes but the new object, registered and marked
+        for deletion at once so the object cleaner deletes it.
+
+        When it applies: the old rows go and the new batches get rows in the new object (new
+        batch ids; the log append time of the old batch with the same base offset, else the max
+        timestamp), except those wholly below the log start (DeleteRecords took those offsets);
+        old objects lose the removed bytes and the emptied ones are marked for deletion, as the
+        deletion paths do; the new object's used size is its kept batches' bytes (none: marked for
+        deletion at once); the log's byte size follows; the cleaner checkpoint becomes
+        ``cleaned_offset`` unless higher already (never lowered). The log start, high watermark,
+        producer and transaction state do not change. ``find_batches`` at a compacted offset then
+        answers the next batch; ``list_offsets`` answers as before, at batch granularity.
+
+        Raises ValueError (nothing changes) for a request that cannot describe a cleaned range
+        (empty range; source or new batches outside it, out of order or overlapping; new batches'
+        bytes outside the new object or overlapping), and the backend's integrity error if
+        ``new_object_key`` is already committed.
+        """
+
+    def cleaner_checkpoints(self, topic_id: uuid.UUID) -> dict[int, int]:
+        """Partition -> stored cleaner checkpoint (0: never cleaned) of every partition of the topic
+        ({} for an unknown one), from one query."""
 
     def close(self) -> None: ...
 

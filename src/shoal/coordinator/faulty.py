@@ -31,6 +31,8 @@ from shoal.coordinator.api import (
     BatchMove,
     CommitBatchRequest,
     CommitBatchResponse,
+    CompactPartitionRequest,
+    CompactPartitionResult,
     CoordinatorInspector,
     CoordinatorUnavailableError,
     CreateTopicAndPartitionsRequest,
@@ -76,6 +78,8 @@ OPERATIONS = (
     "list_compaction_candidates",
     "list_object_batches",
     "replace_batches",
+    "compact_partition",
+    "cleaner_checkpoints",
     "describe_topic",
     "describe_object",
 )
@@ -204,6 +208,25 @@ class FaultyBatchCoordinator(FaultControlled):
             "replace_batches",
             lambda: self.inner.replace_batches(new_object_key, new_object_size, moves, uploader_broker_id),
         )
+
+    def compact_partition(
+        self,
+        new_object_key: str,
+        new_object_size: int,
+        uploader_broker_id: int,
+        request: CompactPartitionRequest,
+    ) -> CompactPartitionResult:
+        """Delegated unless a fault picks this call (``after``: range swapped, answer lost)."""
+        return self._call(
+            "compact_partition",
+            lambda: self.inner.compact_partition(
+                new_object_key, new_object_size, uploader_broker_id, request
+            ),
+        )
+
+    def cleaner_checkpoints(self, topic_id: uuid.UUID) -> dict[int, int]:
+        """Delegated unless a fault picks this call."""
+        return self._call("cleaner_checkpoints", lambda: self.inner.cleaner_checkpoints(topic_id))
 
     def close(self) -> None:
         """Close the inner coordinator (never faulted)."""

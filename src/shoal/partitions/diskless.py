@@ -1,7 +1,7 @@
 """Diskless partitions (KIP-1163) behind the partition interface: batches go to the broker's WAL
 appender and are answered at commit; reads, offsets and deletions go through the Batch
-Coordinator (KIP-1164) and object storage. The retention task and the object cleaner run here
-because they keep these partitions' storage in shape."""
+Coordinator (KIP-1164) and object storage. The retention task, the object cleaner and the log
+cleaner (compacted topics) run here because they keep these partitions' storage in shape."""
 
 from __future__ import annotations
 
@@ -25,9 +25,8 @@ from shoal.coordinator.api import (
     TxnControl,
 )
 from shoal.diskless.append import Appender
-from shoal.diskless.cleaner import ObjectCleaner
+from shoal.diskless.periodic import PeriodicTask
 from shoal.diskless.read import DisklessReader, PartitionRead, exact_timestamp_offset
-from shoal.diskless.retention import RetentionTask
 from shoal.metadata.image import MetadataImage, TopicImage
 from shoal.partitions.api import (
     ActiveProducer,
@@ -76,8 +75,7 @@ class DisklessPartitions:
         coordinator: BatchCoordinator,  # every implementation is also a CoordinatorInspector (sizes)
         appender: Appender,
         reader: DisklessReader,
-        retention: RetentionTask,
-        cleaner: ObjectCleaner,
+        tasks: Sequence[PeriodicTask],
         run_blocking: Callable[..., Awaitable[Any]],
         image: Callable[[], MetadataImage],
         caches: CacheReplicas | None = None,
@@ -90,8 +88,8 @@ class DisklessPartitions:
         self._coordinator = coordinator
         self._appender = appender
         self._reader = reader
-        self._retention = retention
-        self._cleaner = cleaner
+        #: Retention, the object cleaner and the log cleaner: periodic rounds on the event loop.
+        self._tasks = list(tasks)
         self._run_blocking = run_blocking
 
     async def start(self) -> None:
@@ -99,8 +97,8 @@ class DisklessPartitions:
         self._appender.start()
         if self._caches is not None:
             await self._caches.start()
-        self._retention.start()
-        self._cleaner.start()
+        for task in self._tasks:
+            task.start()
 
     async def stop(self) -> None:
         # Flushes the active WAL segment and waits for its upload and commit, so every
@@ -108,8 +106,8 @@ class DisklessPartitions:
         await self._appender.close()
         if self._caches is not None:
             await self._caches.stop()
-        await self._retention.stop()
-        await self._cleaner.stop()
+        for task in self._tasks:
+            await task.stop()
 
     async def ensure_topics(self, topics: Sequence[TopicImage]) -> None:
         """Make sure every diskless topic of the metadata log has its logs in the coordinator

@@ -20,10 +20,12 @@ from shoal.coordinator.api import BatchCoordinator, TopicIdPartition
 from shoal.diskless.append import Appender
 from shoal.diskless.cache import RangeCache
 from shoal.diskless.cleaner import ObjectCleaner
+from shoal.diskless.log_cleaner import DisklessLogCleaner
 from shoal.diskless.read import DisklessReader
 from shoal.diskless.retention import RetentionTask
 from shoal.metadata.image import MetadataImage, TopicImage
 from shoal.objects.storage import ObjectStorage
+from shoal.observability.cleaner_metrics import track_cleaners
 from shoal.observability.metrics import BrokerMetrics
 from shoal.observability.remote_metrics import track_remote_log
 from shoal.partitions.classic import ClassicPartitions
@@ -129,7 +131,20 @@ def build_partitions(
         orphan_min_age_ms=config["diskless.object.orphan.min.age.ms"],
         metrics=metrics,
     )
-    retention.runs_here = cleaner.runs_here = is_controller
-    diskless = DisklessPartitions(coordinator, appender, reader, retention, cleaner, run_blocking, image, caches,
-                                  remote)
+    log_cleaner = DisklessLogCleaner(
+        coordinator,
+        storage,
+        run_blocking,
+        image,
+        config.topic_default,
+        broker_id=node_id,
+        interval_ms=config["log.cleaner.backoff.ms"],
+        dedupe_buffer_size=config["log.cleaner.dedupe.buffer.size"],
+        enabled=config["log.cleaner.enable"],
+    )
+    track_cleaners(metrics.registry, [replicas.logs.cleaner.gauges, log_cleaner.gauges])
+    retention.runs_here = cleaner.runs_here = log_cleaner.runs_here = is_controller
+    diskless = DisklessPartitions(
+        coordinator, appender, reader, [retention, cleaner, log_cleaner], run_blocking, image, caches, remote
+    )
     return Partitions(config, image, {"classic": classic, "diskless": diskless}, classic, notifier, metrics)

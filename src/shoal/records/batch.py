@@ -193,10 +193,9 @@ def validate_records(
     format we do not take), Produce v3+ rules when ``produce_version`` is given
     (exactly one v2 batch, INVALID_RECORD; zstd needs v7+), client rules when
     ``from_client`` (baseOffset 0, no control batches, a sequence with a producer
-    id: INVALID_RECORD), batch size against ``max_batch_bytes`` (MESSAGE_TOO_LARGE),
-    CRC32C (CORRUPT_MESSAGE), codec (UNSUPPORTED_COMPRESSION_TYPE) and the
-    record count against lastOffsetDelta (INVALID_RECORD). Records themselves are
-    not decoded.
+    id, the record count against lastOffsetDelta: INVALID_RECORD), batch size against
+    ``max_batch_bytes`` (MESSAGE_TOO_LARGE), CRC32C (CORRUPT_MESSAGE) and codec
+    (UNSUPPORTED_COMPRESSION_TYPE). Records themselves are not decoded.
     """
     if not records:
         if produce_version is not None and produce_version >= 3:
@@ -282,13 +281,15 @@ def validate_records(
         count = h.records_count
         if h.last_offset_delta < 0:
             raise _invalid(f"Batch has an invalid offset range: lastOffsetDelta {h.last_offset_delta}")
-        if count <= 0:
-            raise _invalid(f"Invalid reported count for record batch: {count}")
-        if count != h.last_offset_delta + 1:
-            raise _invalid(
-                f"Inconsistent batch offset range [0, {h.last_offset_delta}] and count of records {count}"
-            )
         if from_client:
+            # A leader's batches may have fewer records than offsets, even none: log compaction
+            # keeps a batch's offset range when it removes records (Kafka checks this on produce only).
+            if count <= 0:
+                raise _invalid(f"Invalid reported count for record batch: {count}")
+            if count != h.last_offset_delta + 1:
+                raise _invalid(
+                    f"Inconsistent batch offset range [0, {h.last_offset_delta}] and count of records {count}"
+                )
             if h.attributes & CONTROL_FLAG:
                 raise _invalid("Clients are not allowed to write control records")
             if h.producer_id >= 0 and h.base_sequence < 0:

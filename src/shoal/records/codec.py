@@ -43,6 +43,7 @@ __all__ = [
     "control_record_type",
     "decode_batch",
     "decode_records",
+    "encode_record",
     "iter_batches",
 ]
 
@@ -246,7 +247,7 @@ def _put_varint(out: bytearray, value: int) -> None:
     out.append(v)
 
 
-def _encode_record(
+def encode_record(
     out: bytearray,
     offset_delta: int,
     ts_delta: int,
@@ -306,7 +307,7 @@ def build_batch(
     base_ts = stamps[0]
     body = bytearray()
     for i, (rec, ts) in enumerate(zip(recs, stamps, strict=True)):
-        _encode_record(body, i, ts - base_ts, rec.key, rec.value, rec.headers)
+        encode_record(body, i, ts - base_ts, rec.key, rec.value, rec.headers)
     payload = compress(compression, body) if compression else bytes(body)
     attributes = compression & 0x07
     if timestamp_type:

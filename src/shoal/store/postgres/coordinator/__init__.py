@@ -11,6 +11,7 @@ retries, unavailability as CoordinatorUnavailableError, ``base``):
 - ``find``: find_batches, list_offsets, get_log_info;
 - ``delete``: topics, delete_records, enforce_retention, deleting emptied objects;
 - ``compaction``: compaction candidates, their batches, replace_batches;
+- ``log_compaction``: compact_partition (cleanup.policy=compact), cleaner_checkpoints;
 - ``inspect``: describe_topic and describe_object for tools.
 """
 
@@ -22,12 +23,15 @@ from shoal.store.postgres.coordinator.compaction import CompactionMixin
 from shoal.store.postgres.coordinator.delete import DeleteMixin
 from shoal.store.postgres.coordinator.find import FindMixin
 from shoal.store.postgres.coordinator.inspect import InspectMixin
+from shoal.store.postgres.coordinator.log_compaction import LogCompactionMixin
 from shoal.store.postgres.coordinator.txns import TxnMixin
 
 __all__ = ["PostgresBatchCoordinator", "PRODUCER_STATE_BATCHES"]
 
 
-class PostgresBatchCoordinator(CommitMixin, FindMixin, TxnMixin, DeleteMixin, CompactionMixin, InspectMixin):
+class PostgresBatchCoordinator(
+    CommitMixin, FindMixin, TxnMixin, DeleteMixin, CompactionMixin, LogCompactionMixin, InspectMixin
+):
     """KIP-1164 Batch Coordinator persisted in PostgreSQL (see the package docstring).
 
     ``PostgresBatchCoordinator(url, clock=..., connect_timeout_s=10.0, pool_size=8)``.

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from functools import partial
 
 import psycopg
 
@@ -27,6 +28,7 @@ from shoal.coordinator.api import (
     ListOffsetsTimestamp,
     TopicIdPartition,
 )
+from shoal.coordinator.log_compaction import compaction_gap, local_log_start
 from shoal.coordinator.transactions import committed_offset_answer, last_stable_offset
 from shoal.protocol.errors import ErrorCode
 from shoal.store.postgres.coordinator.base import CoordinatorBase
@@ -42,11 +44,13 @@ _MIN_NEXT_PAGE = 512
 # sits in the LATERAL, so an out-of-range offset reads no batch at all. Rows come back per
 # request (ord) in offset order; a request for an unknown partition has no row. The first row
 # of a request tells whether its offset is held here at all: below the first batch left (or
-# with none left) it went to tiered storage (delete_tiered_batches). The first offset of the
-# earliest ongoing transaction (for the LSO) is read once per partition, before its batches.
+# with none left) it went to tiered storage (delete_tiered_batches), unless log compaction
+# removed it (below the cleaner checkpoint, or after another batch: ``compaction_gap``). The
+# first offset of the earliest ongoing transaction (for the LSO) is read once per partition,
+# before its batches.
 _FIND_SQL = f"""
 SELECT k.ord, l.log_id, l.log_start_offset, l.high_watermark, b.batch_id, f.object_key, {BATCH_COLUMNS},
-    o.first_ongoing
+    o.first_ongoing, l.cleaned_offset
 FROM unnest(%b::uuid[], %b::integer[], %b::bigint[]) WITH ORDINALITY AS k(topic_id, partition, fetch_offset, ord)
 JOIN diskless_logs AS l ON l.topic_id = k.topic_id AND l.partition = k.partition
 CROSS JOIN LATERAL (SELECT {FIRST_ONGOING} AS first_ongoing) AS o
@@ -77,10 +81,15 @@ SELECT k.ord, l.log_id, l.log_start_offset, l.high_watermark,
         SELECT b.base_offset FROM diskless_batches AS b
         WHERE b.log_id = l.log_id ORDER BY b.last_offset LIMIT 1
     ) END,
-    {FIRST_ONGOING}
+    {FIRST_ONGOING}, l.cleaned_offset
 FROM unnest(%b::uuid[], %b::integer[], %b::bigint[]) WITH ORDINALITY AS k(topic_id, partition, ts, ord)
 JOIN diskless_logs AS l ON l.topic_id = k.topic_id AND l.partition = k.partition
 """
+
+# Whether a batch of the log ends below an offset (one probe of the primary key): a missing offset
+# after another batch is a compacted record, never a tiered one. Read only for a missing offset
+# above the cleaner checkpoint (rare: a cleaner that checkpointed below its range).
+_BATCH_BEFORE_SQL = "SELECT 1 FROM diskless_batches WHERE log_id = %s AND last_offset < %s LIMIT 1"
 
 # The first batch with a timestamp >= target. Every batch before the first one whose running
 # max reaches the target is below it, so the index on (log_id, max_ts_so_far) is scanned from
@@ -146,7 +155,9 @@ class FindMixin(CoordinatorBase):
         progress) or when it fits in what is left of ``fetch_max_bytes``. Batches are
         contiguous: we stop at the first batch that does not fit. An offset in [log start,
         high watermark) that no batch covers any more answers OFFSET_MOVED_TO_TIERED_STORAGE:
-        the reader must fetch it from tiered storage, never skip ahead to later batches.
+        the reader must fetch it from tiered storage, never skip ahead to later batches; unless
+        log compaction removed it (``compaction_gap``): then the batches from the next one on
+        answer (none when compaction left none after it), and later gaps are read across.
 
         A ``read_committed`` request stops before the first batch reaching the last stable
         offset and lists the aborted transactions overlapping what it returns; such a call
@@ -180,7 +191,7 @@ class FindMixin(CoordinatorBase):
                     responses.append(FindBatchResponse(ErrorCode.unknown_topic_or_partition, [], -1, -1))
                     continue
                 log_id, log_start_offset, high_watermark = found_rows[0][1:4]
-                lso = last_stable_offset(log_start_offset, high_watermark, found_rows[0][-1])
+                lso = last_stable_offset(log_start_offset, high_watermark, found_rows[0][-2])
                 if req.offset < log_start_offset or req.offset > high_watermark:
                     responses.append(
                         FindBatchResponse(
@@ -189,7 +200,15 @@ class FindMixin(CoordinatorBase):
                     )
                     continue
                 first = found_rows[0]
-                if req.offset < high_watermark and (first[4] is None or first[8] > req.offset):
+                if (
+                    req.offset < high_watermark
+                    and (first[4] is None or first[8] > req.offset)
+                    and not compaction_gap(
+                        req.offset,
+                        first[-1],
+                        partial(_batch_before, conn, log_id, req.offset),
+                    )
+                ):
                     responses.append(
                         FindBatchResponse(
                             ErrorCode.offset_moved_to_tiered_storage,
@@ -206,6 +225,7 @@ class FindMixin(CoordinatorBase):
                 end = lso if req.read_committed else high_watermark
                 page = [_batch(tip, row, 4) for row in found_rows if row[4] is not None]
                 page_full = len(page) == _FIRST_PAGE
+                follow_up = False
                 while page:
                     stopped = False
                     for info in page:
@@ -215,12 +235,13 @@ class FindMixin(CoordinatorBase):
                             break
                         if found:
                             if (
-                                info.metadata.base_offset != found[-1].metadata.last_offset + 1
+                                (follow_up and _gap_between_reads(found[-1], info, first[-1]))
                                 or partition_bytes + size > req.max_partition_fetch_bytes
                                 or size > remaining
                             ):
-                                stopped = True  # (a gap: batches deleted between two reads)
+                                stopped = True
                                 break
+                            follow_up = False
                         elif response_has_data and size > remaining:
                             stopped = True
                             break
@@ -244,6 +265,7 @@ class FindMixin(CoordinatorBase):
                         ).fetchall()
                     ]
                     page_full = len(page) == limit
+                    follow_up = True
                 if req.read_committed and found:
                     committed.append((len(responses), log_id, req.offset, found[-1].metadata.last_offset + 1))
                 responses.append(
@@ -298,14 +320,13 @@ class FindMixin(CoordinatorBase):
                 if log is None:
                     responses.append(ListOffsetsResponse(ErrorCode.unknown_topic_or_partition, tip, -1, -1))
                     continue
-                log_id, log_start_offset, high_watermark, first_base, first_ongoing = log
+                log_id, log_start_offset, high_watermark, first_base, first_ongoing, cleaned_offset = log
                 ts = req.timestamp
                 if ts == ListOffsetsTimestamp.EARLIEST:
                     timestamp, offset = -1, log_start_offset
                 elif ts == ListOffsetsTimestamp.EARLIEST_LOCAL:
-                    # A DeleteRecords inside the first batch moved the start past its base.
-                    local = high_watermark if first_base is None else first_base
-                    timestamp, offset = -1, max(log_start_offset, local)
+                    offset = local_log_start(log_start_offset, high_watermark, first_base, cleaned_offset)
+                    timestamp = -1
                 elif ts == ListOffsetsTimestamp.LATEST:
                     timestamp, offset = -1, high_watermark
                 elif ts == ListOffsetsTimestamp.LATEST_TIERED:
@@ -340,6 +361,17 @@ class FindMixin(CoordinatorBase):
         return self._read("get_log_info", work)
 
 
+def _gap_between_reads(last: BatchInfo, first_next: BatchInfo, cleaned_offset: int) -> bool:
+    """Whether a follow-up read must stop before its first batch, after ``last`` of the read before.
+
+    Inside one read, gaps are compacted records; between two reads batches may have gone
+    (DeleteRecords, retention, tiered storage taking them), so a gap there is read across only
+    below the cleaner checkpoint (read with the first page), where every gap is compaction's.
+    """
+    base = first_next.metadata.base_offset
+    return base != last.metadata.last_offset + 1 and base > cleaned_offset
+
+
 def _max_timestamp(conn: psycopg.Connection, log_id: int, row: tuple | None) -> tuple[int, int]:
     """(timestamp, last offset) of the earliest batch with the greatest timestamp, from the
     row of ``_MAX_TIMESTAMP_SQL``."""
@@ -351,3 +383,8 @@ def _max_timestamp(conn: psycopg.Connection, log_id: int, row: tuple | None) -> 
     scan = conn.execute(_MAX_TIMESTAMP_SCAN_SQL, (log_id,)).fetchone()
     assert scan is not None
     return scan[0], scan[1]
+
+
+def _batch_before(conn: psycopg.Connection, log_id: int, offset: int) -> bool:
+    """Whether a batch of the log ends below ``offset`` (``_BATCH_BEFORE_SQL``)."""
+    return conn.execute(_BATCH_BEFORE_SQL, (log_id, offset)).fetchone() is not None

@@ -116,6 +116,12 @@ CREATE TABLE diskless_aborted_txns (
     PRIMARY KEY (log_id, last_offset)
 )
 """,
+    # Log compaction (cleanup.policy=compact): each partition's cleaner checkpoint, the offset below
+    # which its batches were cleaned (Kafka's cleaner-offset-checkpoint); 0: never cleaned. Offsets
+    # below it that no batch covers are compacted records, not tiered ones (find_batches).
+    """
+ALTER TABLE diskless_logs ADD COLUMN cleaned_offset BIGINT NOT NULL DEFAULT 0
+""",
 ]
 
 #: ``diskless_batches.timestamp_type`` (the int of the TimestampType) back to the enum.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
+from functools import partial
 
 from shoal.coordinator.api import (
     BatchInfo,
@@ -18,6 +19,7 @@ from shoal.coordinator.api import (
     ListOffsetsResponse,
     ListOffsetsTimestamp,
 )
+from shoal.coordinator.log_compaction import compaction_gap, local_log_start
 from shoal.coordinator.transactions import committed_offset_answer, last_stable_offset
 from shoal.protocol.errors import ErrorCode
 from shoal.store.sqlite.coordinator.base import CoordinatorBase
@@ -29,8 +31,10 @@ _EFFECTIVE_TS = "CASE WHEN timestamp_type = 1 THEN log_append_time ELSE batch_ma
 # One statement per partition: the log row and its batches from one snapshot. The range
 # check sits in the join so an out-of-range offset reads no batch at all. The first row tells
 # whether the offset is held here at all: below the first batch left (or with none left) it
-# went to tiered storage (delete_tiered_batches). The first ongoing transaction's offset (for the
-# LSO) is a non-correlated subquery, which SQLite runs once per statement, not once per row.
+# went to tiered storage (delete_tiered_batches), unless log compaction removed it (below the
+# cleaner checkpoint, or after another batch: ``compaction_gap``). The first ongoing
+# transaction's offset (for the LSO) is a non-correlated subquery, which SQLite runs once per
+# statement, not once per row.
 _FIND_SQL = """
 SELECT l.log_start_offset, l.high_watermark,
        b.batch_id, f.object_key, b.byte_offset, b.byte_size, b.base_offset, b.last_offset,
@@ -39,7 +43,8 @@ SELECT l.log_start_offset, l.high_watermark,
        l.log_id,
        (SELECT MIN(t.txn_first_offset) FROM diskless_producer_txns AS t
         WHERE t.log_id = (SELECT log_id FROM diskless_logs WHERE topic_id = ?2 AND partition = ?3)
-        AND t.txn_first_offset IS NOT NULL)
+        AND t.txn_first_offset IS NOT NULL),
+       l.cleaned_offset
 FROM diskless_logs AS l
 LEFT JOIN diskless_batches AS b
     ON b.log_id = l.log_id AND b.last_offset >= ?1
@@ -53,7 +58,7 @@ _FIRST_ONGOING = """(SELECT MIN(t.txn_first_offset) FROM diskless_producer_txns 
         WHERE t.log_id = l.log_id AND t.txn_first_offset IS NOT NULL)"""
 
 _LOG_SQL = f"""
-SELECT l.log_id, l.log_start_offset, l.high_watermark, {_FIRST_ONGOING}, NULL
+SELECT l.log_id, l.log_start_offset, l.high_watermark, {_FIRST_ONGOING}, NULL, l.cleaned_offset
 FROM diskless_logs AS l WHERE l.topic_id = ? AND l.partition = ?
 """
 
@@ -61,9 +66,15 @@ FROM diskless_logs AS l WHERE l.topic_id = ? AND l.partition = ?
 _LOG_LOCAL_START_SQL = f"""
 SELECT l.log_id, l.log_start_offset, l.high_watermark, {_FIRST_ONGOING},
        (SELECT b.base_offset FROM diskless_batches AS b
-        WHERE b.log_id = l.log_id ORDER BY b.last_offset LIMIT 1)
+        WHERE b.log_id = l.log_id ORDER BY b.last_offset LIMIT 1), l.cleaned_offset
 FROM diskless_logs AS l WHERE l.topic_id = ? AND l.partition = ?
 """
+
+# Whether a batch of the log ends below an offset (one seek of the primary key): a missing offset
+# after another batch is a compacted record, never a tiered one. Read only for a missing offset
+# above the cleaner checkpoint (rare: a cleaner that checkpointed below its range), on the same
+# snapshot as the batches while their statement still has rows.
+_BATCH_BEFORE_SQL = "SELECT 1 FROM diskless_batches WHERE log_id = ? AND last_offset < ? LIMIT 1"
 
 
 class FindMixin(CoordinatorBase):
@@ -81,7 +92,9 @@ class FindMixin(CoordinatorBase):
         progress) or when it fits in what is left of ``fetch_max_bytes``. Batches are
         contiguous: we stop at the first batch that does not fit. An offset in [log start,
         high watermark) that no batch covers any more answers OFFSET_MOVED_TO_TIERED_STORAGE:
-        the reader must fetch it from tiered storage, never skip ahead to later batches.
+        the reader must fetch it from tiered storage, never skip ahead to later batches; unless
+        log compaction removed it (``compaction_gap``): then the batches from the next one on
+        answer (none when compaction left none after it), and later gaps are read across.
 
         A ``read_committed`` request stops before the first batch reaching the last stable
         offset and lists the aborted transactions overlapping what it returns; such a call
@@ -110,7 +123,15 @@ class FindMixin(CoordinatorBase):
                             )
                         )
                         continue
-                    if req.offset < high_watermark and (row[2] is None or row[6] > req.offset):
+                    if (
+                        req.offset < high_watermark
+                        and (row[2] is None or row[6] > req.offset)
+                        and not compaction_gap(
+                            req.offset,
+                            row[19],
+                            partial(_batch_before, conn, log_id, req.offset),
+                        )
+                    ):
                         responses.append(
                             FindBatchResponse(
                                 ErrorCode.offset_moved_to_tiered_storage,
@@ -201,14 +222,13 @@ class FindMixin(CoordinatorBase):
                 if log is None:
                     responses.append(ListOffsetsResponse(ErrorCode.unknown_topic_or_partition, tip, -1, -1))
                     continue
-                log_id, log_start_offset, high_watermark, first_ongoing, first_base = log
+                log_id, log_start_offset, high_watermark, first_ongoing, first_base, cleaned_offset = log
                 lso = last_stable_offset(log_start_offset, high_watermark, first_ongoing)
                 if ts == ListOffsetsTimestamp.EARLIEST:
                     timestamp, offset = -1, log_start_offset
                 elif ts == ListOffsetsTimestamp.EARLIEST_LOCAL:
-                    # A DeleteRecords inside the first batch moved the start past its base.
-                    local = high_watermark if first_base is None else first_base
-                    timestamp, offset = -1, max(log_start_offset, local)
+                    offset = local_log_start(log_start_offset, high_watermark, first_base, cleaned_offset)
+                    timestamp = -1
                 elif ts == ListOffsetsTimestamp.LATEST:
                     timestamp, offset = -1, high_watermark
                 elif ts == ListOffsetsTimestamp.LATEST_TIERED:
@@ -279,3 +299,8 @@ class FindMixin(CoordinatorBase):
                 (topic_id.bytes, partition),
             ).fetchone()
         return None if row is None else (row[0], row[1], row[2])
+
+
+def _batch_before(conn: sqlite3.Connection, log_id: int, offset: int) -> bool:
+    """Whether a batch of the log ends below ``offset`` (``_BATCH_BEFORE_SQL``)."""
+    return conn.execute(_BATCH_BEFORE_SQL, (log_id, offset)).fetchone() is not None
