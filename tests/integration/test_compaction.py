@@ -197,20 +197,30 @@ def test_aborted_transactions_disappear_from_the_compacted_log(broker: BrokerPro
     assert committed == {b"k-%d" % k: b"committed-%d" % (180 + k) for k in range(20)}
 
 
-def test_sigkill_in_the_middle_of_cleaning_recovers_a_consistent_compacted_log(tmp_path: Path) -> None:
+def cleaner_files(b: BrokerProcess, topic: str, kind: str, before: set[str]) -> list[str]:
+    """What a cleaning pass in progress leaves: ``.cleaned``/``.swap`` segment files (classic), or
+    the new WAL object it uploads before swapping coordinates (diskless)."""
+    if kind == "diskless":
+        assert b.objects_dir is not None
+        return [str(p) for p in b.objects_dir.rglob("*") if p.is_file() and str(p) not in before]
+    return [n for n in os.listdir(b.log_dir / f"{topic}-0") if n.endswith((".cleaned", ".swap"))]
+
+
+@pytest.mark.parametrize("kind", ["classic", "diskless"])
+def test_sigkill_in_the_middle_of_cleaning_recovers_a_consistent_compacted_log(tmp_path: Path, kind: str) -> None:
     overrides = {**CLEANER, "log.cleaner.io.max.bytes.per.second": str(1024 * 1024)}
     with BrokerProcess(tmp_path / "b", overrides={**overrides, "log.cleaner.enable": "false"}) as b:
-        topic = "compacted-crash"
-        create(b.bootstrap, topic, COMPACTED)
+        topic = f"compacted-crash-{kind}"
+        create(b.bootstrap, topic, COMPACTED, kind=kind)
         latest = produce_updates(b.bootstrap, topic)
         b.stop()
+        before = {str(p) for p in b.objects_dir.rglob("*")} if b.objects_dir else set()
         b.overrides["log.cleaner.enable"] = "true"
         b.start()
-        directory = b.log_dir / f"{topic}-0"
         deadline = time.monotonic() + 60
         seen: list[str] = []
         while time.monotonic() < deadline and not seen:
-            seen = [n for n in os.listdir(directory) if n.endswith((".cleaned", ".swap"))]
+            seen = cleaner_files(b, topic, kind, before)
             time.sleep(0.005)
         assert seen, "the cleaner never started a pass"
         b.kill()
@@ -250,3 +260,101 @@ def test_altering_the_policy_to_compact_starts_cleaning_and_describe_shows_it(br
          "--topic", topic], capture_output=True, text=True, timeout=60, check=True,
     ).stdout
     assert "cleanup.policy=compact" in described, described
+
+
+def kafka_python_read(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KpTopicPartition
+
+    tp = KpTopicPartition(topic, 0)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                             auto_offset_reset="earliest")
+    try:
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        end = consumer.end_offsets([tp])[tp]
+        out: list[tuple[int, bytes | None, bytes | None]] = []
+        deadline = time.monotonic() + 60
+        while consumer.position(tp) < end and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=500).values():
+                out += [(r.offset, r.key, r.value) for r in records]
+        assert consumer.position(tp) >= end, f"kafka-python stuck at {consumer.position(tp)} of {end}"
+        return out
+    finally:
+        consumer.close()
+
+
+def aiokafka_read(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
+    import asyncio
+
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.structs import TopicPartition as AioTopicPartition
+
+    async def run() -> list[tuple[int, bytes | None, bytes | None]]:
+        tp = AioTopicPartition(topic, 0)
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                                    auto_offset_reset="earliest")
+        await consumer.start()
+        try:
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            end = (await consumer.end_offsets([tp]))[tp]
+            out: list[tuple[int, bytes | None, bytes | None]] = []
+            deadline = time.monotonic() + 60
+            while await consumer.position(tp) < end and time.monotonic() < deadline:
+                for records in (await consumer.getmany(timeout_ms=500)).values():
+                    out += [(r.offset, r.key, r.value) for r in records]
+            assert await consumer.position(tp) >= end, "aiokafka stuck before the end"
+            return out
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(run())
+
+
+def kcat_read(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
+    import json
+    import shutil
+
+    kcat = shutil.which("kcat") or "/usr/bin/kcat"
+    proc = subprocess.run([kcat, "-C", "-b", bootstrap, "-t", topic, "-p", "0", "-o", "beginning", "-e", "-J", "-q"],
+                          capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = []
+    for line in proc.stdout.splitlines():
+        if line.strip():
+            m = json.loads(line)
+            key = None if m.get("key") is None else str(m["key"]).encode()
+            value = None if m.get("payload") is None else str(m["payload"]).encode()
+            out.append((m["offset"], key, value))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["classic", "diskless"])
+def test_every_client_reads_a_compacted_log_with_gaps_and_empty_batches(broker: BrokerProcess, kind: str) -> None:
+    """librdkafka, kafka-python, aiokafka and kcat step over the gaps compaction leaves, and over a
+    batch it emptied but kept (the last batch of an idempotent producer still known)."""
+    topic = f"compacted-clients-{kind}"
+    create(broker.bootstrap, topic, COMPACTED, kind=kind)
+    first = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True})
+    for k in range(10):
+        first.produce(topic, b"first", b"k%d" % k)
+    assert first.flush(30) == 0
+    second = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "batch.size": 65536})
+    for i in range(5000):
+        second.produce(topic, b"%d" % i, b"k%d" % (i % 10))
+    assert second.flush(30) == 0
+    time.sleep(1.2)  # segment.ms: the last record rolls a new active segment of its own
+    second.produce(topic, b"end", b"end")
+    assert second.flush(30) == 0
+    expected = {**{b"k%d" % k: b"%d" % (4990 + k) for k in range(10)}, b"end": b"end"}
+    got = wait_compacted(broker, topic, len(expected))
+    assert {k: v for _, k, v in got} == expected and len(got) == len(expected)
+    if kind == "classic":  # the first producer's only batch is its last: kept, emptied
+        from shoal.records.codec import iter_batches
+
+        counts = [h.records_count for f in sorted((broker.log_dir / f"{topic}-0").glob("*.log"))
+                  for _, h in iter_batches(f.read_bytes()) if h.producer_id >= 0 and not h.is_control]
+        assert 0 in counts, counts
+    for name, read in (("kafka-python", kafka_python_read), ("aiokafka", aiokafka_read), ("kcat", kcat_read)):
+        assert read(broker.bootstrap, topic) == got, name

@@ -154,6 +154,7 @@ class DisklessLogCleaner(PeriodicTask):
         broker_id: int,
         interval_ms: int,
         dedupe_buffer_size: int,
+        io_max_bytes_per_second: float = float("inf"),
         enabled: bool = True,
         clock: Callable[[], int] | None = None,
     ) -> None:
@@ -168,6 +169,7 @@ class DisklessLogCleaner(PeriodicTask):
         self._enabled = enabled
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
         self._capacity = offset_map_capacity(dedupe_buffer_size, 1)
+        self._io_rate = io_max_bytes_per_second
         #: Partitions to clean again once their earliest kept delete horizon passed.
         self._horizons: dict[TopicIdPartition, int] = {}
         self.gauges = DisklessCleanerGauges(last_run_ms=self._clock())
@@ -255,6 +257,11 @@ class DisklessLogCleaner(PeriodicTask):
             return ratio, delay, None
         return ratio, delay, await self._clean(tip, cleanable, checkpoint, settings, now)
 
+    async def _throttle(self, size: int) -> None:
+        """``log.cleaner.io.max.bytes.per.second``: wait as long as moving ``size`` bytes takes at it."""
+        if self._io_rate < 1e300:
+            await asyncio.sleep(size / self._io_rate)
+
     async def _read(self, batches: Sequence[BatchInfo]) -> list[memoryview]:
         """Each batch's bytes, in order (nearby ranges of one object in one GET)."""
         spans = coalesce_ranges(b.byte_range for b in batches)
@@ -290,6 +297,7 @@ class DisklessLogCleaner(PeriodicTask):
     ) -> PartitionClean:
         started = time.monotonic()
         data = await self._read(cleanable)
+        await self._throttle(sum(len(d) for d in data))
         state = await self._run_blocking(self._coordinator.transaction_state, tip.topic_id, tip.partition)
         aborted = [AbortedTransaction(pid, first, last, -1) for pid, first, last in (state[1] if state else [])]
         cleaned, end, stats, utilization = await self._run_blocking(
@@ -298,6 +306,7 @@ class DisklessLogCleaner(PeriodicTask):
         source = [b for b in cleanable if b.metadata.last_offset < end]
         segment, placed = build_segment([(tip, bytes(c)) for c, _ in cleaned])
         key = new_wal_key()
+        await self._throttle(len(segment))
         await self._storage.upload(key, segment)
         new_batches = []
         for place, (_, info) in zip(placed, cleaned, strict=True):

@@ -140,6 +140,7 @@ def build_partitions(
         broker_id=node_id,
         interval_ms=config["log.cleaner.backoff.ms"],
         dedupe_buffer_size=config["log.cleaner.dedupe.buffer.size"],
+        io_max_bytes_per_second=config["log.cleaner.io.max.bytes.per.second"],
         enabled=config["log.cleaner.enable"],
     )
     track_cleaners(metrics.registry, [replicas.logs.cleaner.gauges, log_cleaner.gauges])
