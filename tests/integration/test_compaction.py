@@ -64,10 +64,10 @@ def create(bootstrap: str, name: str, config: dict[str, str], partitions: int = 
     wait_for_topic(admin, name, partitions)
 
 
-def produce_updates(bootstrap: str, topic: str, **config: Any) -> dict[bytes, bytes | None]:
-    """UPDATES records over KEYS keys (idempotent producer), then tombstones for TOMBSTONED keys;
+def produce_updates(bootstrap: str, topic: str, updates: int = UPDATES, **config: Any) -> dict[bytes, bytes | None]:
+    """``updates`` records over KEYS keys (idempotent producer), then tombstones for TOMBSTONED keys;
     returns each key's latest value."""
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5, "batch.size": 65536, **config})
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 20, "batch.size": 200_000, **config})
     latest: dict[bytes, bytes | None] = {}
     failures: list[Any] = []
 
@@ -84,7 +84,7 @@ def produce_updates(bootstrap: str, topic: str, **config: Any) -> dict[bytes, by
                 producer.poll(0.05)
         latest[key] = value
 
-    for i in range(UPDATES):
+    for i in range(updates):
         send(b"key-%04d" % (i % KEYS), b"%d:" % i + VALUE)
         if i % 5000 == 0:
             producer.poll(0)
@@ -212,7 +212,7 @@ def test_sigkill_in_the_middle_of_cleaning_recovers_a_consistent_compacted_log(t
     with BrokerProcess(tmp_path / "b", overrides={**overrides, "log.cleaner.enable": "false"}) as b:
         topic = f"compacted-crash-{kind}"
         create(b.bootstrap, topic, COMPACTED, kind=kind)
-        latest = produce_updates(b.bootstrap, topic)
+        latest = produce_updates(b.bootstrap, topic, updates=40_000)
         b.stop()
         before = {str(p) for p in b.objects_dir.rglob("*")} if b.objects_dir else set()
         b.overrides["log.cleaner.enable"] = "true"
@@ -358,3 +358,19 @@ def test_every_client_reads_a_compacted_log_with_gaps_and_empty_batches(broker: 
         assert 0 in counts, counts
     for name, read in (("kafka-python", kafka_python_read), ("aiokafka", aiokafka_read), ("kcat", kcat_read)):
         assert read(broker.bootstrap, topic) == got, name
+
+
+@pytest.mark.parametrize("kind", ["classic", "diskless"])
+def test_a_record_without_a_key_is_refused_with_invalid_record(broker: BrokerProcess, kind: str) -> None:
+    topic = f"compacted-keyless-{kind}"
+    create(broker.bootstrap, topic, COMPACTED, kind=kind)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True})
+    errors: list[Any] = []
+    producer.produce(topic, b"no key", on_delivery=lambda err, _msg: errors.append(err))
+    producer.produce(topic, b"keyed", b"k", on_delivery=lambda err, _msg: errors.append(err))
+    producer.flush(30)
+    assert [e.code() if e else None for e in errors][0] == KafkaError.INVALID_RECORD, errors
+    later = Producer({"bootstrap.servers": broker.bootstrap})
+    later.produce(topic, b"keyed", b"k", on_delivery=lambda err, _msg: errors.append(err))
+    later.flush(30)
+    assert errors[-1] is None
