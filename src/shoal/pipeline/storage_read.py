@@ -322,7 +322,7 @@ class DisklessRangeReader:
                             f"{where}: offset {offset} is past the high watermark {resp.high_watermark}"
                         )
                     return None
-                raise KafkaError(ErrorCode.unknown_server_error, f"{where}: no batch holds offset {offset}")
+                return None  # log compaction removed every record from here to the range's end
             # Markers and aborted batches are left out before their GET (the decoder checks the
             # bytes' own header too); the step still goes on after the last batch found.
             kept = [b for b in batches if keep.keeps_batch(b.metadata)]
