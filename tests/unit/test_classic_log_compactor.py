@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from shoal.classic.log import PartitionLog
-from shoal.classic.log_compactor import LogTooDirtyError, Throttler, clean_log
+from shoal.classic.log_compactor import CleaningAbortedError, LogTooDirtyError, Throttler, clean_log
 from shoal.classic.log_config import LogConfig
 from shoal.classic.segment import SWAP_END_SUFFIX, file_name
 from shoal.records.batch import validate_records
@@ -177,3 +177,31 @@ def test_a_crash_during_the_swap_recovers_to_one_consistent_log(tmp_path: Path, 
         assert len(after) < len(expected_before)
     assert not [p for p in os.listdir(directory) if p.endswith((".swap", ".cleaned", SWAP_END_SUFFIX, ".deleted"))]
     again.close()
+
+
+def test_retention_during_a_pass_aborts_it_at_the_next_batch_instead_of_waiting(tmp_path: Path) -> None:
+    import threading
+    import time as _time
+
+    log = new_log(tmp_path / "t-0")
+    fill(log, 40, 20)
+    put(log, [(b"tail", b"x")])
+    slow = Throttler(20_000.0)  # 20 kB/s: the pass would take many seconds
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(clean_log(log, 0, OffsetMap(10_000), slow, TS))
+        except Exception as e:  # noqa: BLE001 - the outcome is what the test checks
+            outcome.append(e)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    _time.sleep(0.3)
+    started = _time.monotonic()
+    log.delete_records(5)  # closes and deletes segments: must stop the pass, not wait for it
+    assert _time.monotonic() - started < 3
+    worker.join(10)
+    assert isinstance(outcome[0], CleaningAbortedError)
+    assert log.log_start_offset == 5
+    assert clean(log, checkpoint=0) is not None  # the next pass runs from scratch

@@ -11,6 +11,8 @@ a worker thread. Two locks make that safe:
 - ``_io_lock`` serialises the worker operations among themselves (taken before ``_lock``), so a
   segment is never closed or deleted while another thread fsyncs it. A failed dir never makes
   anyone wait for it: ``mark_offline`` leaves closing the files to a worker still inside.
+- ``_clean_lock`` (taken before ``_io_lock``) is held by a log cleaner pass; operations that close
+  or delete segments ask the pass to abort and take it (``log_cleaning``).
 
 Flushing (``flush.messages`` / ``flush.ms``): an append never fsyncs. When ``flush.messages``
 is reached the append returns ``flush_needed=True``; a broker that wants Kafka's "fsync before

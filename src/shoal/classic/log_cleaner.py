@@ -31,7 +31,13 @@ from pathlib import Path
 
 from shoal.classic.checkpoint import read_offset_checkpoint, write_offset_checkpoint
 from shoal.classic.log import PartitionLog
-from shoal.classic.log_compactor import CleanPass, LogTooDirtyError, Throttler, clean_log
+from shoal.classic.log_compactor import (
+    CleaningAbortedError,
+    CleanPass,
+    LogTooDirtyError,
+    Throttler,
+    clean_log,
+)
 from shoal.protocol.errors import KafkaError
 from shoal.records.compaction import OffsetMap, offset_map_capacity
 
@@ -199,6 +205,8 @@ class LogCleaner:
                 now,
                 should_stop=self._stop.is_set,
             )
+        except CleaningAbortedError:
+            return None  # retention, truncation, a move or closing needs the log: next round
         except LogTooDirtyError as e:
             self._mark_uncleanable(log, str(e))
             return None

@@ -1,10 +1,12 @@
 """What the log cleaner needs from a ``PartitionLog``: a consistent view of the cleanable part, and
 the swap of cleaned segments (Kafka's ``UnifiedLog``/``LocalLog`` side of the LogCleaner).
 
-The cleaner (``log_cleaner``) holds the log's maintenance lock (``cleaning``) for a whole pass:
-retention, DeleteRecords, truncation, flushing and closing of this log wait for it, so no segment
-it reads is closed or deleted under it, while appends and fetches go on (they take only the state
-lock, which the cleaner takes briefly for its view and for each swap).
+The cleaner (``log_cleaner``) holds the log's cleaning lock (``cleaning``) for a whole pass, so
+no segment it reads is closed or deleted under it: every operation that closes or deletes
+segments (retention, DeleteRecords, truncation, closing, moves) first sets the abort flag, which
+the pass checks at every batch, and then takes the cleaning lock, so it waits for one batch, not
+a pass. Flushing, appends and fetches never wait for the cleaner; it takes the state lock briefly
+for its view and the maintenance lock for each swap (no fsync of a segment it closes).
 
 The swap of one group of segments (``replace_segments``), crash-safe at every step:
 
@@ -75,10 +77,22 @@ class CleaningMixin(LogState):
 
     @contextmanager
     def cleaning(self) -> Iterator[bool]:
-        """Hold the maintenance lock for one cleaning pass; yields False when the log cannot be
-        cleaned (closed or offline)."""
-        with self._guard("cleaning"), self._io():
-            yield not (self._closed or self._offline)
+        """Hold the cleaning lock for one pass; yields False when the log cannot be cleaned (closed
+        or offline). Closes the files on the way out if the dir failed meanwhile (``mark_offline``
+        leaves that to whoever holds the locks)."""
+        with self._guard("cleaning"), self._clean_lock:
+            try:
+                yield not (self._closed or self._offline)
+            finally:
+                if self._offline and self._io_lock.acquire(blocking=False):
+                    try:
+                        self._close_segment_handles()
+                    finally:
+                        self._io_lock.release()
+
+    def cleaning_aborted(self) -> bool:
+        """An operation that closes or deletes segments waits for the pass: stop it now."""
+        return self._cleaning_abort.is_set()
 
     def cleaning_view(self, checkpoint: int, now_ms: int) -> CleaningView:
         """The segments and bounds of a pass starting at ``checkpoint`` (Kafka's ``cleanableOffsets``)."""
@@ -99,7 +113,8 @@ class CleaningMixin(LogState):
                 pid: (entry.last_data_offset, entry.producer_epoch)
                 for pid, entry in self._producers.producers.items()
             }
-        return CleaningView(segments, self._log_start, first_dirty, max(bound, first_dirty), active)
+            log_start = self._log_start
+        return CleaningView(segments, log_start, first_dirty, max(bound, first_dirty), active)
 
     def aborted_in(self, start_offset: int, end_offset: int) -> list[AbortedTransaction]:
         """Every aborted transaction with data in [start, end), from the ``.txnindex`` files."""
@@ -134,7 +149,7 @@ class CleaningMixin(LogState):
         os.replace(hint_tmp, hint)
         cleaned.change_suffix(CLEANED_SUFFIX, SWAP_SUFFIX)
         fsync_dir(self.directory)
-        with self._lock:
+        with self._io_lock, self._lock:  # no flush is fsyncing the segments about to close
             ids = [id(s) for s in self._segments]
             try:
                 first = ids.index(id(old[0]))

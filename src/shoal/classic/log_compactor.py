@@ -29,12 +29,16 @@ from shoal.records.batch import BatchHeader
 from shoal.records.codec import control_record_type, decode_batch, iter_batches
 from shoal.records.compaction import CleanedTransactions, CleanStats, OffsetMap, clean_batch, latest_offsets
 
-__all__ = ["CleanPass", "LogTooDirtyError", "Throttler", "clean_log"]
+__all__ = ["CleanPass", "CleaningAbortedError", "LogTooDirtyError", "Throttler", "clean_log"]
 
 _READ_CHUNK = 1024 * 1024
 _INT32_MAX = 2**31 - 1
 _INDEX_ENTRY = 8  # offset index entry bytes
 _TIME_INDEX_ENTRY = 12
+
+
+class CleaningAbortedError(Exception):
+    """An operation that closes or deletes segments of the log needs them (``cleaning_aborted``)."""
 
 
 class LogTooDirtyError(Exception):
@@ -81,10 +85,14 @@ class CleanPass:
     swapped_groups: int
 
 
-def _batches(segment: LogSegment, throttler: Throttler) -> Iterator[tuple[BatchHeader, memoryview]]:
-    """Every batch of a segment, read in big chunks."""
+def _batches(
+    segment: LogSegment, throttler: Throttler, aborted: Callable[[], bool]
+) -> Iterator[tuple[BatchHeader, memoryview]]:
+    """Every batch of a segment, read in big chunks; CleaningAbortedError as soon as ``aborted``."""
     position = 0
     while position < segment.size:
+        if aborted():
+            raise CleaningAbortedError(f"cleaning of segment {segment.base_offset} aborted")
         chunk = segment.read(position, _READ_CHUNK, 2**63 - 1, True)
         if not chunk:
             return
@@ -96,7 +104,11 @@ def _batches(segment: LogSegment, throttler: Throttler) -> Iterator[tuple[BatchH
 
 
 def _build_offset_map(
-    view: CleaningView, offset_map: OffsetMap, throttler: Throttler, txns: CleanedTransactions
+    view: CleaningView,
+    offset_map: OffsetMap,
+    throttler: Throttler,
+    txns: CleanedTransactions,
+    aborted: Callable[[], bool],
 ) -> int:
     """Map the dirty segments' keys (not those of aborted transactions, whose records go); return
     the end offset of the last whole segment mapped."""
@@ -107,7 +119,7 @@ def _build_offset_map(
         if upper <= view.first_dirty_offset:
             continue
         offsets: dict[bytes, int] = {}
-        for header, data in _batches(segment, throttler):
+        for header, data in _batches(segment, throttler, aborted):
             if header.last_offset < view.first_dirty_offset:
                 continue
             _, records = decode_batch(data, check_crc=False)
@@ -164,8 +176,8 @@ def clean_log(
     should_stop: Callable[[], bool] = lambda: False,
 ) -> CleanPass | None:
     """Clean ``log`` from ``checkpoint`` (see the module docstring); None when it cannot be cleaned
-    now (closed, offline, nothing dirty). Raises LogTooDirtyError, KafkaError (storage) and
-    OSError from the caller's thread."""
+    now (closed, offline, nothing dirty). Raises CleaningAbortedError (groups swapped so far stay),
+    LogTooDirtyError and KafkaError (storage)."""
     started = time.monotonic()
     with log.cleaning() as usable:
         if not usable:
@@ -175,7 +187,8 @@ def clean_log(
             return None
         offset_map.clear()
         map_txns = CleanedTransactions(log.aborted_in(view.first_dirty_offset, view.first_uncleanable_offset))
-        end_offset = _build_offset_map(view, offset_map, throttler, map_txns)
+        aborted = log.cleaning_aborted
+        end_offset = _build_offset_map(view, offset_map, throttler, map_txns, aborted)
         utilization = len(offset_map) / offset_map.capacity
         to_clean = [s for i, s in enumerate(view.cleanable_segments) if view.segments[i + 1].base_offset <= end_offset]
         txns = CleanedTransactions(log.aborted_in(view.log_start_offset, end_offset))
@@ -202,7 +215,9 @@ def clean_log(
             try:
                 kept_before = len(txns.retained_aborted)
                 for segment in group:
-                    _clean_segment(segment, cleaned, offset_map, txns, stats, throttler, now_ms, config, retain_empty)
+                    _clean_segment(
+                        segment, cleaned, offset_map, txns, stats, throttler, now_ms, config, retain_empty, aborted
+                    )
                 for txn in txns.retained_aborted[kept_before:]:
                     cleaned.update_txn_index(AbortedTxn(*txn))
                     throttler.maybe_throttle(ABORTED_TXN_SIZE)
@@ -227,10 +242,11 @@ def _clean_segment(
     now_ms: int,
     config: LogConfig,
     retain_empty: Callable[[BatchHeader], bool],
+    aborted: Callable[[], bool],
 ) -> None:
     """Append what survives of ``source`` to ``cleaned``."""
     delete_retention_ms = config.delete_retention_ms
-    for _header, data in _batches(source, throttler):
+    for _header, data in _batches(source, throttler, aborted):
         kept = clean_batch(
             data,
             offset_map,

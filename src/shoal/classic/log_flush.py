@@ -17,7 +17,7 @@ class FlushMixin(LogState):
 
     def flush(self, offset: int | None = None) -> None:
         """fsync everything below ``offset`` (default: the log end) and advance the recovery point."""
-        with self._guard("flushing"), self._io():
+        with self._guard("flushing"), self._io(keeps_segments=True):
             self._flush_io_locked(offset)
 
     def _flush_io_locked(self, offset: int | None) -> None:

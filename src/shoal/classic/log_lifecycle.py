@@ -61,19 +61,25 @@ class LifecycleMixin(FlushMixin):
         """Its log dir failed: refuse every operation from now on and close the files unwritten.
 
         Never waits for the disk: when a worker holds the maintenance lock (say, stuck in an
-        fsync), that worker closes the files when it lets go.
+        fsync) or a log cleaner pass the cleaning lock, that one closes the files when it lets go.
         """
         with self._lock:
             self._offline = True
-        if self._io_lock.acquire(blocking=False):
+        if self._clean_lock.acquire(blocking=False):
             try:
-                self._close_segment_handles()
+                if self._io_lock.acquire(blocking=False):
+                    try:
+                        self._close_segment_handles()
+                    finally:
+                        self._io_lock.release()
             finally:
-                self._io_lock.release()
+                self._clean_lock.release()
 
     def close_handles(self) -> None:
         """Close the files without any write (the log is about to be deleted). Worker thread."""
-        with self._io_lock, self._lock:
+        self._cleaning_abort.set()
+        with self._clean_lock, self._io_lock, self._lock:
+            self._cleaning_abort.clear()
             self._closed = True
             for segment in self._segments:
                 segment.close_handles()

@@ -57,6 +57,11 @@ class LogState:
         self._clock = clock
         self._lock = threading.Lock()
         self._io_lock = threading.Lock()
+        #: Held by a log cleaner pass while it reads segments (``log_cleaning``); taken before
+        #: ``_io_lock`` by every operation that closes or deletes segments, after setting
+        #: ``_cleaning_abort`` so the pass stops at its next batch.
+        self._clean_lock = threading.Lock()
+        self._cleaning_abort = threading.Event()
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
         self._next_offset = segments[-1].next_offset
@@ -200,14 +205,31 @@ class LogState:
     # ------------------------------------------------------------------ maintenance lock
 
     @contextmanager
-    def _io(self) -> Iterator[None]:
-        """Hold the maintenance lock; close the files on the way out if the dir failed meanwhile."""
-        with self._io_lock:
-            try:
-                yield
-            finally:
-                if self._offline:
-                    self._close_segment_handles()
+    def _io(self, *, keeps_segments: bool = False) -> Iterator[None]:
+        """Hold the maintenance lock; close the files on the way out if the dir failed meanwhile.
+
+        An operation that may close or delete segments (all but ``keeps_segments`` ones: flushing,
+        unlinking ``.deleted`` files) first stops a log cleaner pass reading them (``log_cleaning``):
+        it asks the pass to abort and waits for the cleaning lock."""
+        if keeps_segments:
+            with self._io_lock:
+                try:
+                    yield
+                finally:
+                    if self._offline:
+                        self._close_segment_handles()
+            return
+        self._cleaning_abort.set()
+        try:
+            with self._clean_lock, self._io_lock:
+                self._cleaning_abort.clear()
+                try:
+                    yield
+                finally:
+                    if self._offline:
+                        self._close_segment_handles()
+        finally:
+            self._cleaning_abort.clear()
 
     def _close_segment_handles(self) -> None:
         with self._lock:
@@ -234,7 +256,7 @@ class LogState:
         files went. Worker thread (``LogManager``'s background round)."""
         if not self._pending_deletes:
             return 0
-        with self._guard("deleting old segment files of"), self._io():
+        with self._guard("deleting old segment files of"), self._io(keeps_segments=True):
             if self._closed or self._offline:
                 return 0
             now = self._clock() if now_ms is None else now_ms
