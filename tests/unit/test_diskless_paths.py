@@ -201,6 +201,60 @@ async def test_full_buffer_closes_the_segment_before_the_interval(coordinator) -
     assert len(await storage.list()) == 2
 
 
+class FakePipeline:
+    """A connection as the appender sees it: at its in-flight limit or not."""
+
+    def __init__(self, full: bool) -> None:
+        self.full = full
+
+    def is_full(self) -> bool:
+        return self.full
+
+
+async def test_a_segment_closes_early_once_every_producer_in_it_is_at_its_in_flight_limit(coordinator) -> None:
+    """A segment whose connections can send no more closes after interval / 5, not the interval;
+    one with a connection that still could waits for the interval."""
+    from shoal.protocol.produce_pipeline import current_pipeline
+
+    storage = MemoryObjectStorage()
+    appender = new_appender(storage, coordinator, interval_ms=500)
+    blocked, busy = FakePipeline(full=True), FakePipeline(full=False)
+    token = current_pipeline.set(busy)
+    try:
+        waiting = produce(appender, 0, b"a")  # its connection could still send more
+        await asyncio.sleep(0.2)
+        assert not waiting.done()
+        await wait_for(waiting)  # closed by the interval (500 ms)
+        current_pipeline.set(blocked)
+        started = time.monotonic()
+        early = produce(appender, 0, b"b")
+        await wait_for(early)
+        early_s = time.monotonic() - started
+        current_pipeline.set(busy)
+        mixed = produce(appender, 0, b"c")
+        current_pipeline.set(blocked)
+        produce(appender, 1, b"d")
+        await asyncio.sleep(0.2)
+        assert not mixed.done()  # one of its connections could still send: the interval decides
+        await wait_for(mixed)
+    finally:
+        current_pipeline.reset(token)
+    assert early_s < 0.45  # 100 ms (interval / 5) + the commit, not the 500 ms interval
+    await appender.close()
+
+
+async def test_a_segment_of_transaction_markers_only_closes_early(coordinator) -> None:
+    storage = MemoryObjectStorage()
+    appender = new_appender(storage, coordinator, interval_ms=4_000)
+    from shoal.coordinator.api import TxnControl
+    from shoal.records.codec import build_control_batch
+
+    marker = build_control_batch(False, producer_id=1, producer_epoch=0)
+    future = appender.append(tp(0), marker, read_header(marker), TimestampType.CREATE_TIME, TxnControl(False, 0))
+    await wait_for(future, timeout=3)  # interval / 5 = 0.8 s, well before the 4 s interval
+    await appender.close()
+
+
 async def test_commit_order_is_close_order_even_if_a_later_upload_finishes_first(coordinator) -> None:
     storage = SlowFirstUpload(delay=0.3)
     appender = new_appender(storage, coordinator, max_bytes=1)  # every batch closes its own segment

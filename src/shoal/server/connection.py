@@ -25,12 +25,12 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from shoal.protocol.produce_pipeline import PRODUCE_PIPELINE_DEPTH, current_pipeline
 from shoal.server.dispatch import CloseConnection
 from shoal.server.limits import RequestBudget
 
 log = logging.getLogger(__name__)
 
-PRODUCE_PIPELINE_DEPTH = 5
 _PRODUCE_API_KEY = 0
 _SIZE = struct.Struct(">i")
 _API_KEY = struct.Struct(">h")
@@ -50,6 +50,11 @@ class _InFlight:
     def __init__(self) -> None:
         self.items: deque[tuple[asyncio.Task[bytes | None], int, bool]] = deque()
         self.changed = asyncio.Event()
+
+    def is_full(self) -> bool:
+        """The most pipelined Produce requests are in flight: nothing more is read until one is
+        answered (``produce_pipeline``)."""
+        return len(self.items) >= PRODUCE_PIPELINE_DEPTH and all(produce for _, _, produce in self.items)
 
     def may_read(self) -> bool:
         """Whether another request may be read now: none in flight, or only pipelined produces."""
@@ -71,6 +76,7 @@ async def serve_connection(
 ) -> None:
     peer = "{}:{}".format(*(writer.get_extra_info("peername") or ("?", "?"))[:2])
     inflight = _InFlight()
+    current_pipeline.set(inflight)  # every handler task below inherits it (diskless early closes)
     responses: asyncio.Queue[tuple[asyncio.Task[bytes | None], int] | None] = asyncio.Queue()
     last_active = [time.monotonic()]
     sender = asyncio.create_task(_send_responses(responses, writer, inflight, budget, last_active))
