@@ -1,0 +1,749 @@
+#!/usr/bin/env python3
+"""Shoal beside any other Kafka-compatible broker, in one command and one JSON document.
+
+Two running brokers, A and B (``--a HOST:PORT --b HOST:PORT``, named ``--a-name`` /
+``--b-name``), measured with the same client and settings through ``bench/produce_consume.py``
+(each run its own process, on a fresh topic), alternating A B A B. Each round runs:
+
+1. ``fixed_rate_<N>p``, for each N in ``--producers`` (default ``1``): N idempotent producers
+   (acks=all, 5 requests in flight) offer ``--rate`` records/s together (split evenly) for
+   ``--fixed-rate-duration`` seconds: latency p50/p99/p999, and WAL objects per second for a
+   target whose ``--a-objects-dir`` / ``--b-objects-dir`` is given;
+2. ``saturation``: ``--saturation-producers`` idempotent producers send ``--records`` records as
+   fast as the broker acknowledges them: produce MB/s;
+3. ``consume``: on the same topic right after (same run), ``--consumers`` consumers read it all
+   from the beginning: consume MB/s;
+4. ``spark`` (``--spark``; off by default): ``bench/spark_read.py`` on target A only, on the topic
+   step 2 filled there (or ``--spark-topic``): one Kafka consumer through the broker, then
+   Spark reading the same offsets straight from A's object storage (``--a-metadata-path``,
+   ``--a-storage-url``).
+
+Every run is reported per round with the machine's load average before and after, with the
+median over rounds; ``ratios`` divides A's median by B's (keys end in ``_a_over_b``). Progress goes
+to stderr. See bench/README.md ("Shoal beside another broker").
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PRODUCE_CONSUME = ROOT / "bench" / "produce_consume.py"
+SPARK_READ = ROOT / "bench" / "spark_read.py"
+
+# Figures taken from each run's report: name -> path of keys in produce_consume.py's JSON.
+FIXED_RATE_FIGURES = {
+    "p50_ms": ("produce_fixed_rate", "latency_ms", "p50"),
+    "p99_ms": ("produce_fixed_rate", "latency_ms", "p99"),
+    "p999_ms": ("produce_fixed_rate", "latency_ms", "p999"),
+    "max_ms": ("produce_fixed_rate", "latency_ms", "max"),
+    "achieved_records_per_s": ("produce_fixed_rate", "achieved_records_per_s"),
+    "achieved_mb_per_s": ("produce_fixed_rate", "achieved_mb_per_s"),
+    "wal_objects_per_s": ("produce_fixed_rate", "object_puts_per_s"),
+    "avg_object_bytes": ("produce_fixed_rate", "avg_object_bytes"),
+    "broker_cpu_pct": ("produce_fixed_rate", "broker_cpu_pct"),
+    "client_cpu_s": ("produce_fixed_rate", "client_cpu_s"),
+}
+FIXED_RATE_FLAGS = {
+    "kept_up": ("produce_fixed_rate", "kept_up"),
+    "records_delivered": ("produce_fixed_rate", "records_delivered"),
+    "errors": ("produce_fixed_rate", "error_counts"),
+}
+SATURATION_FIGURES = {
+    "produce_mb_per_s": ("produce_saturation", "mb_per_s"),
+    "records_per_s": ("produce_saturation", "records_per_s"),
+    "p50_ms": ("produce_saturation", "latency_ms", "p50"),
+    "p99_ms": ("produce_saturation", "latency_ms", "p99"),
+    "elapsed_s": ("produce_saturation", "elapsed_s"),
+    "wal_objects_per_s": ("produce_saturation", "object_puts_per_s"),
+    "broker_cpu_pct": ("produce_saturation", "broker_cpu_pct"),
+    "client_cpu_s": ("produce_saturation", "client_cpu_s"),
+}
+SATURATION_FLAGS = {
+    "records_delivered": ("produce_saturation", "records_delivered"),
+    "records_sent": ("produce_saturation", "records_sent"),
+    "errors": ("produce_saturation", "error_counts"),
+    "stopped_by": ("produce_saturation", "stopped_by"),
+}
+CONSUME_FIGURES = {
+    "consume_mb_per_s": ("consume", "mb_per_s"),
+    "records_per_s": ("consume", "records_per_s"),
+    "elapsed_s": ("consume", "elapsed_s"),
+    "time_to_first_record_ms": ("consume", "time_to_first_record_ms"),
+    "broker_cpu_pct": ("consume", "broker_cpu_pct"),
+    "client_cpu_s": ("consume", "client_cpu_s"),
+}
+CONSUME_FLAGS = {
+    "records": ("consume", "records"),
+    "verified": ("consume", "verified"),
+    "watermarks_match_consumed": ("consume", "watermarks_match_consumed"),
+    "stopped_by": ("consume", "stopped_by"),
+}
+SPARK_FIGURES = {
+    "consumer_mb_per_s": ("consumer", "mb_per_s"),
+    "spark_storage_mb_per_s": ("spark_storage", "best", "mb_per_s"),
+    "spark_storage_over_consumer": ("spark_storage_vs_consumer",),
+    "spark_session_start_s": ("spark_session_start_s",),
+}
+# Ratios of medians, A over B: (measurement, figure in that measurement, key in ``ratios``).
+RATIOS = [
+    ("saturation", "produce_mb_per_s", "produce_mb_per_s_a_over_b"),
+    ("saturation", "p99_ms", "saturation_p99_ms_a_over_b"),
+    ("consume", "consume_mb_per_s", "consume_mb_per_s_a_over_b"),
+]
+FIXED_RATE_RATIOS = [
+    ("p50_ms", "p50_ms_a_over_b"),
+    ("p99_ms", "p99_ms_a_over_b"),
+    ("p999_ms", "p999_ms_a_over_b"),
+    ("achieved_mb_per_s", "achieved_mb_per_s_a_over_b"),
+    ("wal_objects_per_s", "wal_objects_per_s_a_over_b"),
+]
+
+
+def log(msg: str) -> None:
+    print(f"[compare {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def utc_now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
+
+
+def load_avg() -> dict[str, float]:
+    one, five, fifteen = os.getloadavg()
+    return {"1m": round(one, 2), "5m": round(five, 2), "15m": round(fifteen, 2)}
+
+
+def cpu_busy_pct(sample_s: float = 1.0) -> float | None:
+    """Share of all cores busy over the next ``sample_s`` seconds (/proc/stat): unlike the load
+    average, which decays over a minute, it says whether something runs right now."""
+
+    def read() -> tuple[int, int] | None:
+        try:
+            with open("/proc/stat") as f:
+                fields = [int(x) for x in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        return idle, sum(fields[:8])
+
+    first = read()
+    time.sleep(sample_s)
+    second = read()
+    if first is None or second is None or second[1] == first[1]:
+        return None
+    return round(100 * (1 - (second[0] - first[0]) / (second[1] - first[1])), 1)
+
+
+def parse_kv(items: list[str], what: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"{what} expects key=value, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def parse_address(text: str, flag: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise SystemExit(f"{flag} expects HOST:PORT, got {text!r}")
+    return host.strip("[]"), int(port)
+
+
+def reachable(address: str, flag: str, timeout: float = 5.0) -> str | None:
+    """None when something listens at ``address``, else why not."""
+    host, port = parse_address(address, flag)
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return None
+    except OSError as exc:
+        return f"{flag} {address}: {exc}"
+
+
+def dig(doc: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        doc = doc.get(key) if isinstance(doc, dict) else None
+    return doc
+
+
+def number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def median(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return round(statistics.median(present), 3) if present else None
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a is not None and b else None
+
+
+# --------------------------------------------------------------------------------------
+# Running the benchmarks as child processes
+# --------------------------------------------------------------------------------------
+
+
+def _stop_group(proc: subprocess.Popen[str]) -> None:
+    """Stop a child benchmark and its worker processes (its own process group)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
+def _relay(stream: Any, prefix: str, tail: collections.deque[str]) -> None:
+    for line in stream:
+        line = line.rstrip("\n")
+        if not line.strip() or "[Stage " in line:  # Spark's progress bars
+            continue
+        tail.append(line)
+        print(f"  {prefix} {line}", file=sys.stderr, flush=True)
+
+
+def run_child(cmd: list[str], prefix: str, timeout: float, pause: float) -> dict[str, Any]:
+    """Run one benchmark script after ``pause`` seconds of quiet (the previous run's client
+    processes exit, the broker finishes its uploads); its JSON report, exit code, load around it."""
+    time.sleep(pause)
+    tail: collections.deque[str] = collections.deque(maxlen=200)
+    busy = cpu_busy_pct()
+    before = load_avg()
+    started = time.monotonic()
+    timed_out = False
+    with tempfile.TemporaryFile("w+") as out:
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, stdout=out, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
+        relay = threading.Thread(target=_relay, args=(proc.stderr, prefix, tail), daemon=True)
+        relay.start()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            log(f"{prefix} still running after {timeout:.0f}s: stopping it")
+            _stop_group(proc)
+        except BaseException:  # Ctrl-C: the child's own session does not get it
+            _stop_group(proc)
+            raise
+        relay.join(5)
+        out.seek(0)
+        text = out.read()
+    try:
+        report = json.loads(text) if text.strip() else None
+    except json.JSONDecodeError:
+        report = None
+    run: dict[str, Any] = {
+        "cpu_busy_pct_before": busy,
+        "load_avg_before": before,
+        "load_avg_after": load_avg(),
+        "wall_s": round(time.monotonic() - started, 3),
+        "exit_code": proc.returncode,
+        "report": report,
+    }
+    if timed_out:
+        run["timed_out_after_s"] = timeout
+    if report is None:
+        run["stderr_tail"] = list(tail)[-30:]
+    return run
+
+
+def target_flags(target: dict[str, Any]) -> list[str]:
+    flags = ["--bootstrap", target["bootstrap"]]
+    for key, value in target["topic_config"].items():
+        flags += ["--topic-config", f"{key}={value}"]
+    if target["objects_dir"]:
+        flags += ["--objects-dir", target["objects_dir"]]
+    if target["pid"]:
+        flags += ["--broker-pid", str(target["pid"])]
+    return flags
+
+
+def common_flags(args: argparse.Namespace) -> list[str]:
+    """The client settings every run shares: idempotent, acks=all, 5 in flight."""
+    return [
+        sys.executable,
+        str(PRODUCE_CONSUME),
+        "--acks",
+        "all",
+        "--idempotence",
+        "--producer-config",
+        "max.in.flight.requests.per.connection=5",
+        "--record-size",
+        str(args.record_size),
+        "--partitions",
+        str(args.partitions),
+        "--duration",
+        str(args.duration),
+        *args.pc_arg,
+    ]
+
+
+def ready_timeout(producers: int) -> float:
+    """Spawning and connecting many producer processes on 2 cores takes a while."""
+    return 30.0 + 0.5 * producers
+
+
+def fixed_rate_cmd(args: argparse.Namespace, target: dict[str, Any], producers: int) -> list[str]:
+    return [
+        *common_flags(args),
+        *target_flags(target),
+        "--phases",
+        "fixed-rate",
+        "--producers",
+        str(producers),
+        "--rate",
+        str(args.rate),
+        "--fixed-rate-duration",
+        str(args.fixed_rate_duration),
+        "--ready-timeout",
+        str(ready_timeout(producers)),
+        *([] if args.keep_topics else ["--delete-topic"]),
+    ]
+
+
+def throughput_cmd(args: argparse.Namespace, target: dict[str, Any], keep_topic: bool) -> list[str]:
+    return [
+        *common_flags(args),
+        *target_flags(target),
+        "--phases",
+        "saturation,consume",
+        "--records",
+        str(args.records),
+        "--producers",
+        str(args.saturation_producers),
+        "--consumers",
+        str(args.consumers),
+        "--ready-timeout",
+        str(ready_timeout(max(args.saturation_producers, args.consumers))),
+        *([] if keep_topic else ["--delete-topic"]),
+    ]
+
+
+def spark_cmd(args: argparse.Namespace, target: dict[str, Any], topic: str) -> list[str]:
+    return [
+        sys.executable,
+        str(SPARK_READ),
+        "--bootstrap",
+        target["bootstrap"],
+        "--metadata-path",
+        args.a_metadata_path,
+        "--storage-url",
+        args.a_storage_url,
+        "--topic",
+        topic,
+        "--master",
+        args.spark_master,
+        "--repeat",
+        str(args.spark_repeat),
+        "--timeout",
+        str(args.duration * 5),
+    ]
+
+
+def delete_topic(bootstrap: str, topic: str) -> str | None:
+    """Best effort (a topic kept for the Spark read); None when deleted."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, "client.id": "bench-compare"})
+    try:
+        admin.delete_topics([topic], operation_timeout=30, request_timeout=30)[topic].result(timeout=40)
+        return None
+    except Exception as exc:
+        return str(exc)
+
+
+# --------------------------------------------------------------------------------------
+# Figures of one run
+# --------------------------------------------------------------------------------------
+
+
+def summarise_run(
+    run: dict[str, Any], round_no: int, figures: dict[str, tuple[str, ...]], flags: dict[str, tuple[str, ...]]
+) -> dict[str, Any]:
+    report = run["report"] or {}
+    out: dict[str, Any] = {"round": round_no}
+    out.update({name: number(dig(report, path)) for name, path in figures.items()})
+    out.update({name: dig(report, path) for name, path in flags.items()})
+    out["cpu_busy_pct_before"] = run["cpu_busy_pct_before"]
+    out["load_avg_before"] = run["load_avg_before"]
+    out["load_avg_after"] = run["load_avg_after"]
+    out["topic"] = dig(report, ("topic", "name"))
+    out["ok"] = bool(report.get("ok")) and run["exit_code"] == 0
+    out["exit_code"] = run["exit_code"]
+    for key in ("error", "fatal"):
+        if report.get(key):
+            out[key] = report[key]
+    for key in ("timed_out_after_s", "stderr_tail", "report_file"):
+        if key in run:
+            out[key] = run[key]
+    return out
+
+
+def invalid_reasons(measurement: str, row: dict[str, Any]) -> list[str]:
+    """Why a run's figures should not be trusted (kept, with the reasons, in every median)."""
+    reasons = []
+    if not row["ok"]:
+        reasons.append(f"run not ok (exit {row['exit_code']}): {row.get('error') or row.get('fatal') or ''}")
+    if row.get("errors"):
+        reasons.append(f"delivery errors {row['errors']}")
+    if measurement == "saturation" and (row.get("records_delivered") or 0) < (row.get("records_sent") or 0):
+        reasons.append("not every record sent was delivered")
+    if measurement == "consume" and row.get("verified") is False:
+        reasons.append("consumed count differs from produced")
+    return reasons
+
+
+def add_medians(block: dict[str, Any], figures: list[str]) -> None:
+    rows = block["rounds"]
+    block["median"] = {name: median([r.get(name) for r in rows]) for name in figures}
+    block["each"] = {name: [r.get(name) for r in rows] for name in figures}
+
+
+# --------------------------------------------------------------------------------------
+# Main
+# --------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--a", required=True, metavar="HOST:PORT", help="target A (e.g. Shoal)")
+    p.add_argument("--b", required=True, metavar="HOST:PORT", help="target B (e.g. Tansu, Kafka)")
+    p.add_argument("--a-name", default="a", help="A's name in the JSON (e.g. shoal)")
+    p.add_argument("--b-name", default="b", help="B's name in the JSON (e.g. tansu)")
+    for t in ("a", "b"):
+        p.add_argument(
+            f"--{t}-topic-config",
+            action="append",
+            default=[],
+            metavar="K=V",
+            help=f"topic config of {t.upper()}'s topics, repeatable (Shoal: diskless.enable=true)",
+        )
+        p.add_argument(
+            f"--{t}-objects-dir",
+            help=f"{t.upper()}'s local object store (Shoal: <data-dir>/objects): WAL objects per second",
+        )
+        p.add_argument(f"--{t}-pid", type=int, help=f"{t.upper()}'s broker pid: its CPU per phase")
+    p.add_argument("--rounds", type=int, default=2, help="A B rounds; each figure per round and the median")
+    p.add_argument(
+        "--producers",
+        default="1",
+        help="comma-separated producer counts of the fixed-rate phase, one run each (e.g. 1,50,100)",
+    )
+    p.add_argument("--rate", type=float, default=5000.0, help="records/s offered by all producers together")
+    p.add_argument("--fixed-rate-duration", type=float, default=15.0, help="seconds of each fixed-rate run")
+    p.add_argument("--records", type=int, default=200_000, help="records of the saturation phase")
+    p.add_argument("--saturation-producers", type=int, default=1, help="producer processes when saturating")
+    p.add_argument("--consumers", type=int, default=1, help="consumer processes of the consume phase")
+    p.add_argument("--record-size", type=int, default=1024, help="value bytes per record")
+    p.add_argument("--partitions", type=int, default=6, help="partitions of every topic")
+    p.add_argument(
+        "--duration", type=float, default=60.0, help="cap (s) of the saturation and consume phases"
+    )
+    p.add_argument(
+        "--pc-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra argument for every produce_consume.py run, repeatable (e.g. --pc-arg=--compression=lz4)",
+    )
+    p.add_argument(
+        "--spark",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="also run bench/spark_read.py against A's storage (needs pyspark, --a-metadata-path)",
+    )
+    p.add_argument("--a-metadata-path", help="Spark: A's shoal.db (shoal up: <data-dir>/logs/shoal.db)")
+    p.add_argument("--a-storage-url", help="Spark: A's diskless.storage.url (default: --a-objects-dir)")
+    p.add_argument(
+        "--spark-topic",
+        help="Spark: an existing topic of A to read (default: the topic each round's saturation filled on A)",
+    )
+    p.add_argument("--spark-master", default="local[2]")
+    p.add_argument("--spark-repeat", type=int, default=2, help="Spark reads per round (the best is reported)")
+    p.add_argument(
+        "--pause", type=float, default=5.0, help="seconds of quiet before each run (after the previous)"
+    )
+    p.add_argument("--keep-topics", action="store_true", help="do not delete the topics the runs create")
+    p.add_argument("--reports-dir", help="also write every run's full report here, one file per run")
+    p.add_argument("--output", help="also write the JSON document to this file")
+    return p
+
+
+def check_args(args: argparse.Namespace) -> list[int]:
+    try:
+        counts = [int(x) for x in args.producers.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"--producers expects comma-separated counts, got {args.producers!r}") from None
+    if not counts or min(counts) < 1:
+        raise SystemExit("--producers: every count must be >= 1")
+    for name in ("rounds", "records", "saturation_producers", "consumers", "record_size", "partitions"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"--{name.replace('_', '-')} must be >= 1")
+    if args.rate <= 0 or args.fixed_rate_duration <= 0 or args.duration <= 0 or args.pause < 0:
+        raise SystemExit("--rate, --fixed-rate-duration and --duration must be > 0, --pause >= 0")
+    parse_address(args.a, "--a")
+    parse_address(args.b, "--b")
+    if args.a_name == args.b_name:
+        raise SystemExit("--a-name and --b-name must differ")
+    if args.spark:
+        args.a_storage_url = args.a_storage_url or args.a_objects_dir
+        if not args.a_metadata_path or not args.a_storage_url:
+            raise SystemExit("--spark needs --a-metadata-path and --a-storage-url (or --a-objects-dir)")
+    return list(dict.fromkeys(counts))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    producer_counts = check_args(args)
+    targets = {
+        t: {
+            "name": getattr(args, f"{t}_name"),
+            "bootstrap": getattr(args, t),
+            "topic_config": parse_kv(getattr(args, f"{t}_topic_config"), f"--{t}-topic-config"),
+            "objects_dir": getattr(args, f"{t}_objects_dir"),
+            "pid": getattr(args, f"{t}_pid"),
+        }
+        for t in ("a", "b")
+    }
+    import confluent_kafka
+
+    doc: dict[str, Any] = {
+        "benchmark": "bench/compare.py",
+        "started_at": utc_now(),
+        "host": {
+            "hostname": socket.gethostname(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "cpu_count": os.cpu_count(),
+        },
+        "client": {
+            "confluent_kafka": confluent_kafka.__version__,
+            "librdkafka": confluent_kafka.libversion()[0],
+        },
+        "parameters": {
+            "a": targets["a"],
+            "b": targets["b"],
+            "rounds": args.rounds,
+            "order": "per round: fixed-rate runs (each producer count: A then B), then saturation+consume "
+            "(A then B), then Spark on A",
+            "fixed_rate_producers": producer_counts,
+            "rate_records_per_s": args.rate,
+            "fixed_rate_duration_s": args.fixed_rate_duration,
+            "records": args.records,
+            "saturation_producers": args.saturation_producers,
+            "consumers": args.consumers,
+            "record_size": args.record_size,
+            "partitions": args.partitions,
+            "duration_cap_s": args.duration,
+            "pause_before_each_run_s": args.pause,
+            "producer": {
+                "acks": "all",
+                "enable.idempotence": True,
+                "max.in.flight.requests.per.connection": 5,
+            },
+            "extra_produce_consume_args": args.pc_arg,
+            "spark": (
+                {
+                    "metadata_path": args.a_metadata_path,
+                    "storage_url": args.a_storage_url,
+                    "topic": args.spark_topic or "each round's saturation topic on A",
+                    "master": args.spark_master,
+                    "repeat": args.spark_repeat,
+                }
+                if args.spark
+                else False
+            ),
+        },
+        "load_avg_start": load_avg(),
+    }
+    unreachable = [e for e in (reachable(args.a, "--a"), reachable(args.b, "--b")) if e]
+    if unreachable:
+        doc["error"] = "; ".join(unreachable)
+        doc["ok"] = False
+        log(doc["error"])
+        emit(doc, args.output)
+        return 1
+
+    fixed_names = [f"fixed_rate_{n}p" for n in producer_counts]
+    measurements = [*fixed_names, "saturation", "consume"] + (["spark"] if args.spark else [])
+    results: dict[str, dict[str, Any]] = {
+        targets[t]["name"]: {m: {"rounds": []} for m in measurements if t == "a" or m != "spark"}
+        for t in ("a", "b")
+    }
+    if args.reports_dir:
+        os.makedirs(args.reports_dir, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+
+    def keep_report(run: dict[str, Any], label: str) -> None:
+        if args.reports_dir and run["report"] is not None:
+            path = os.path.join(args.reports_dir, f"compare-{stamp}-{label}.json")
+            with open(path, "w") as f:
+                json.dump(run["report"], f, indent=2)
+            run["report_file"] = path
+
+    pc_timeout = args.duration * 3 + args.fixed_rate_duration + 240
+    for round_no in range(1, args.rounds + 1):
+        for n, name in zip(producer_counts, fixed_names, strict=True):
+            for t in ("a", "b"):
+                tname = targets[t]["name"]
+                log(
+                    f"round {round_no}/{args.rounds}: {tname} fixed rate {args.rate:g} rec/s, {n} producer(s)"
+                )
+                run = run_child(
+                    fixed_rate_cmd(args, targets[t], n),
+                    f"[{tname} {name}]",
+                    pc_timeout + ready_timeout(n),
+                    args.pause,
+                )
+                keep_report(run, f"r{round_no}-{tname}-{name}")
+                row = summarise_run(run, round_no, FIXED_RATE_FIGURES, FIXED_RATE_FLAGS)
+                row["invalid_reasons"] = invalid_reasons(name, row)
+                results[tname][name]["rounds"].append(row)
+                log(
+                    f"  -> p50 {row['p50_ms']} p99 {row['p99_ms']} p999 {row['p999_ms']} ms, "
+                    f"objects/s {row['wal_objects_per_s']}, kept up {row['kept_up']}"
+                )
+        spark_topic: str | None = None
+        for t in ("a", "b"):
+            tname = targets[t]["name"]
+            keep = args.keep_topics or (t == "a" and args.spark and not args.spark_topic)
+            log(f"round {round_no}/{args.rounds}: {tname} saturation ({args.records} records) + consume")
+            run = run_child(
+                throughput_cmd(args, targets[t], keep), f"[{tname} throughput]", pc_timeout, args.pause
+            )
+            keep_report(run, f"r{round_no}-{tname}-throughput")
+            for name, figures, flags in (
+                ("saturation", SATURATION_FIGURES, SATURATION_FLAGS),
+                ("consume", CONSUME_FIGURES, CONSUME_FLAGS),
+            ):
+                row = summarise_run(run, round_no, figures, flags)
+                row["invalid_reasons"] = invalid_reasons(name, row)
+                results[tname][name]["rounds"].append(row)
+            sat = results[tname]["saturation"]["rounds"][-1]
+            con = results[tname]["consume"]["rounds"][-1]
+            log(f"  -> produce {sat['produce_mb_per_s']} MB/s, consume {con['consume_mb_per_s']} MB/s")
+            if t == "a":
+                spark_topic = sat["topic"]
+        if args.spark:
+            topic = args.spark_topic or spark_topic
+            tname = targets["a"]["name"]
+            if topic is None:
+                row = {
+                    "round": round_no,
+                    "ok": False,
+                    "error": "no topic on A to read (saturation run failed)",
+                    "invalid_reasons": ["no topic on A to read"],
+                }
+            else:
+                log(f"round {round_no}/{args.rounds}: {tname} Spark read of {topic}")
+                run = run_child(
+                    spark_cmd(args, targets["a"], topic),
+                    f"[{tname} spark]",
+                    args.duration * 10 + 600,
+                    args.pause,
+                )
+                keep_report(run, f"r{round_no}-{tname}-spark")
+                row = summarise_run(run, round_no, SPARK_FIGURES, {"verified": ("verified",)})
+                row["topic"] = topic
+                row["invalid_reasons"] = (
+                    [] if row["ok"] else [f"spark_read.py not ok: {row.get('error', '')}"]
+                )
+                if not args.spark_topic and not args.keep_topics:
+                    row["delete_error"] = delete_topic(targets["a"]["bootstrap"], topic)
+                log(
+                    f"  -> consumer {row['consumer_mb_per_s']} MB/s, Spark {row['spark_storage_mb_per_s']} MB/s"
+                )
+            results[tname]["spark"]["rounds"].append(row)
+
+    for per_target in results.values():
+        for name, block in per_target.items():
+            if name.startswith("fixed_rate"):
+                add_medians(block, list(FIXED_RATE_FIGURES))
+            elif name == "saturation":
+                add_medians(block, list(SATURATION_FIGURES))
+            elif name == "consume":
+                add_medians(block, list(CONSUME_FIGURES))
+            else:
+                add_medians(block, list(SPARK_FIGURES))
+            block["invalid_rounds"] = [r["round"] for r in block["rounds"] if r.get("invalid_reasons")]
+            if name.startswith("fixed_rate"):
+                block["rounds_not_kept_up"] = [
+                    r["round"] for r in block["rounds"] if r.get("kept_up") is False
+                ]
+    doc["results"] = results
+
+    a, b = targets["a"]["name"], targets["b"]["name"]
+    ratios: dict[str, Any] = {
+        "a": a,
+        "b": b,
+        "meaning": "each value is A's median divided by B's median (a_over_b): above 1 means A is higher; "
+        "for *_mb_per_s higher is better, for *_ms lower is better",
+    }
+    for measurement, figure, key in RATIOS:
+        ratios[key] = ratio(
+            results[a][measurement]["median"][figure], results[b][measurement]["median"][figure]
+        )
+    for name in fixed_names:
+        ratios[name] = {
+            key: ratio(results[a][name]["median"][figure], results[b][name]["median"][figure])
+            for figure, key in FIXED_RATE_RATIOS
+        }
+    if args.spark:
+        spark = results[a]["spark"]["median"]
+        ratios["spark_storage_a_over_consume_b"] = ratio(
+            spark["spark_storage_mb_per_s"], results[b]["consume"]["median"]["consume_mb_per_s"]
+        )
+        ratios["spark_storage_over_consumer_a"] = spark["spark_storage_over_consumer"]
+    doc["ratios"] = ratios
+    doc["load_avg_end"] = load_avg()
+    doc["finished_at"] = utc_now()
+    invalid = {
+        f"{tname}.{name}": block["invalid_rounds"]
+        for tname, per_target in results.items()
+        for name, block in per_target.items()
+        if block["invalid_rounds"]
+    }
+    doc["invalid"] = invalid
+    doc["did_not_keep_up"] = {
+        f"{tname}.{name}": block["rounds_not_kept_up"]
+        for tname, per_target in results.items()
+        for name, block in per_target.items()
+        if block.get("rounds_not_kept_up")
+    }
+    doc["ok"] = not invalid
+    emit(doc, args.output)
+    return 0 if doc["ok"] else 2
+
+
+def emit(doc: dict[str, Any], output: str | None) -> None:
+    text = json.dumps(doc, indent=2)
+    print(text, flush=True)
+    if output:
+        os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+        with open(output, "w") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
