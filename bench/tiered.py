@@ -42,14 +42,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
 import socket
 import statistics
 import struct
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -57,9 +54,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from cache_replicas import Scraper, delete_topics, total  # bench/ is on sys.path when a bench script runs
-from cluster import _wait_listening, free_base_port
 from produce_consume import load_avg, proc_tree_cpu_s
 from replication import ROOT, _admin, _wait_for, _watermarks, fill
+from shoal_broker import ShoalBroker
 
 MB = 1_000_000
 EARLIEST_LOCAL, LATEST_TIERED = -4, -5
@@ -80,47 +77,24 @@ def _median(values: list[float | None]) -> float | None:
 # ------------------------------------------------------------------------------ the broker
 
 
-class Broker:
+class Broker(ShoalBroker):
     """``shoal up`` (one broker) on a fresh data dir, tiering on, with a metrics port."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        base = free_base_port(2)
-        self.port, self.metrics_port = base, base + 1
-        Path(args.data_parent).mkdir(parents=True, exist_ok=True)
-        self.data_dir = Path(tempfile.mkdtemp(prefix="tiered-bench-", dir=args.data_parent))
-        self.args = args
-        self.overrides = [
-            f"listeners=PLAINTEXT://127.0.0.1:{self.port}", "remote.log.storage.system.enable=true",
+        super().__init__(args.data_parent, "tiered-bench-", ports=2, startup_timeout=args.startup_timeout,
+                         keep_data=args.keep_data, log=log)
+        self.metrics_port = self.port + 1
+        self.overrides += [
+            "remote.log.storage.system.enable=true",
             f"remote.log.manager.task.interval.ms={args.task_interval_ms}", "log.retention.check.interval.ms=500",
             f"metrics.http.port={self.metrics_port}", *args.broker_override,
         ]
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        cmd = [sys.executable, "-m", "shoal", "up", "--data-dir", str(self.data_dir)]
-        for item in self.overrides:
-            cmd += ["--override", item]
-        log(f"starting {' '.join(cmd[1:])}")
-        with open(self.data_dir / "up.log", "wb") as out:
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=out, start_new_session=True)
-        _wait_listening([self.port], self.args.startup_timeout)
 
     def active_bases(self, topic: str, partitions: int) -> dict[int, int]:
         """Each partition's active segment base offset, from the log dir's file names."""
         logs = self.data_dir / "logs"
         return {p: max((int(f.stem) for f in (logs / f"{topic}-{p}").glob("*.log")), default=0)
                 for p in range(partitions)}
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        if not self.args.keep_data:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- ListOffsets v9 (-4, -5)

@@ -27,21 +27,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
-from cluster import _wait_listening, free_base_port  # bench/ is on sys.path when a bench script runs
-from produce_consume import load_avg
+from produce_consume import load_avg  # bench/ is on sys.path when a bench script runs
+from shoal_broker import ShoalBroker
 
-ROOT = Path(__file__).resolve().parent.parent
 MB = 1_000_000
 
 
@@ -55,42 +50,6 @@ def percentiles(values: list[float]) -> dict[str, float | None]:
     ordered = sorted(values)
     at = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
     return {"p50": round(at(0.5), 2), "p99": round(at(0.99), 2), "max": round(ordered[-1], 2)}
-
-
-class Broker:
-    """``shoal up`` (one broker) on a fresh data dir."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.port = free_base_port(1)
-        Path(args.data_parent).mkdir(parents=True, exist_ok=True)
-        self.data_dir = Path(tempfile.mkdtemp(prefix="txn-bench-", dir=args.data_parent))
-        self.args = args
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        cmd = [sys.executable, "-m", "shoal", "up", "--data-dir", str(self.data_dir),
-               "--override", f"listeners=PLAINTEXT://127.0.0.1:{self.port}"]
-        for item in self.args.broker_override:
-            cmd += ["--override", item]
-        log(f"starting {' '.join(cmd[1:])}")
-        with open(self.data_dir / "up.log", "wb") as out:
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=out, start_new_session=True)
-        _wait_listening([self.port], self.args.startup_timeout)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        if not self.args.keep_data:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
 def create_topic(bootstrap: str, name: str, kind: str, partitions: int) -> None:
@@ -185,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     broker = None
     if args.bootstrap is None:
-        broker = Broker(args)
+        broker = ShoalBroker(args.data_parent, "txn-bench-", args.broker_override,
+                             startup_timeout=args.startup_timeout, keep_data=args.keep_data, log=log)
         broker.start()
     bootstrap = args.bootstrap or broker.bootstrap  # type: ignore[union-attr]
     report: dict[str, Any] = {"bootstrap": bootstrap, "settings": vars(args), "runs": {}, "medians": {}}
