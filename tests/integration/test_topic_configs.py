@@ -234,9 +234,11 @@ def test_describe_configs_on_the_wire_types_docs_and_synonyms(broker: BrokerProc
         ("log.segment.delete.delay.ms", "60000", 5),
     ]
     assert synonyms["retention.ms"] == [("retention.ms", "3600000", 1), ("log.retention.ms", "604800000", 5)]
-    assert synonyms["delete.retention.ms"] == [] and synonyms["min.cleanable.dirty.ratio"] == []
+    # As in Kafka, the cleaner's topic configs have the log.cleaner.* broker configs as synonyms.
+    assert synonyms["delete.retention.ms"] == [("log.cleaner.delete.retention.ms", "86400000", 5)]
+    assert synonyms["min.cleanable.dirty.ratio"] == [("log.cleaner.min.cleanable.ratio", "0.5", 5)]
     assert all(c.documentation for c in entries.values())
-    assert "compaction" in entries["delete.retention.ms"].documentation
+    assert "compacted log" in entries["delete.retention.ms"].documentation
 
 
 def test_incremental_alter_configs_sets_appends_deletes_and_refuses(broker: BrokerProcess, name: str) -> None:
