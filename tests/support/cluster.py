@@ -57,7 +57,7 @@ class Cluster:
         proc = self.broker(node_id).proc
         assert proc is not None
         path = self.store_url.removeprefix("sqlite:///") if self.store_url.startswith("sqlite:///") else None
-        for _ in range(100):
+        for _ in range(400):  # about 10 s: a broker catching up after a restart writes for seconds
             os.kill(proc.pid, signal.SIGSTOP)
             if path is None or not _write_locked(path):
                 return
