@@ -38,6 +38,7 @@ from shoal.classic.log_compactor import (
     Throttler,
     clean_log,
 )
+from shoal.observability.cleaner_metrics import CleanerGauges
 from shoal.protocol.errors import KafkaError
 from shoal.records.compaction import OffsetMap, offset_map_capacity
 
@@ -62,18 +63,9 @@ class CleanerSettings:
 
 
 @dataclass(slots=True)
-class CleanerGauges:
-    """What the last passes measured (Kafka's LogCleaner / LogCleanerManager gauges)."""
+class ClassicCleanerGauges(CleanerGauges):
+    """The gauges, with uncleanable partitions counted per log dir, as Kafka labels them."""
 
-    max_dirty_percent: float = 0.0
-    recopy_percent: float = 0.0
-    max_clean_time_secs: float = 0.0
-    max_buffer_utilization_percent: float = 0.0
-    max_compaction_delay_secs: float = 0.0
-    last_run_ms: int = 0
-    passes: int = 0
-    bytes_read: int = 0
-    bytes_written: int = 0
     uncleanable: dict[str, set[TopicPartition]] = field(default_factory=dict)
     log_dirs: list[str] = field(default_factory=list)
 
@@ -105,7 +97,7 @@ class LogCleaner:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._throttler = Throttler(settings.io_max_bytes_per_second)
-        self.gauges = CleanerGauges(last_run_ms=self._clock(), log_dirs=list(log_dirs or []))
+        self.gauges = ClassicCleanerGauges(last_run_ms=self._clock(), log_dirs=list(log_dirs or []))
         self._capacity = offset_map_capacity(settings.dedupe_buffer_size, max(1, settings.threads))
 
     # ------------------------------------------------------------------ checkpoints
@@ -245,13 +237,8 @@ class LogCleaner:
 
     def _record(self, done: CleanPass) -> None:
         g = self.gauges
-        g.passes += 1
         g.bytes_read += done.stats.bytes_read
-        g.bytes_written += done.stats.bytes_written
-        if done.stats.bytes_read:
-            g.recopy_percent = 100 * done.stats.bytes_written / done.stats.bytes_read
-        g.max_clean_time_secs = max(g.max_clean_time_secs, done.elapsed_s)
-        g.max_buffer_utilization_percent = 100 * done.buffer_utilization
+        g.pass_done(done.stats.bytes_read, done.stats.bytes_written, done.elapsed_s, done.buffer_utilization)
         g.last_run_ms = self._clock()
 
     # ------------------------------------------------------------------ threads

@@ -56,6 +56,7 @@ from shoal.diskless.periodic import PeriodicTask
 from shoal.metadata.image import MetadataImage, TopicImage
 from shoal.objects.ranges import coalesce_ranges
 from shoal.objects.storage import ByteRange, ObjectStorage
+from shoal.observability.cleaner_metrics import CleanerGauges
 from shoal.protocol.errors import ErrorCode
 from shoal.records.batch import read_header, stamp_batch
 from shoal.records.codec import control_record_type, decode_batch
@@ -84,17 +85,9 @@ DISKLESS_LOG_DIRECTORY = "diskless"
 
 
 @dataclass(slots=True)
-class DisklessCleanerGauges:
-    """The diskless cleaner's side of Kafka's LogCleaner gauges (``observability.cleaner_metrics``)."""
+class DisklessCleanerGauges(CleanerGauges):
+    """The gauges, with uncleanable diskless partitions under one ``diskless`` label."""
 
-    max_dirty_percent: float = 0.0
-    recopy_percent: float = 0.0
-    max_clean_time_secs: float = 0.0
-    max_buffer_utilization_percent: float = 0.0
-    max_compaction_delay_secs: float = 0.0
-    last_run_ms: int = 0
-    bytes_read: int = 0
-    bytes_written: int = 0
     uncleanable: set[TopicIdPartition] = field(default_factory=set)
 
     def uncleanable_counts(self) -> dict[str, int]:
@@ -331,11 +324,7 @@ class DisklessLogCleaner(PeriodicTask):
                 self._horizons[tip] = stats.next_delete_horizon_ms
             else:
                 self._horizons.pop(tip, None)
-            g.bytes_written += stats.bytes_written
-            if stats.bytes_read:
-                g.recopy_percent = 100 * stats.bytes_written / stats.bytes_read
-            g.max_clean_time_secs = max(g.max_clean_time_secs, elapsed)
-            g.max_buffer_utilization_percent = 100 * utilization
+            g.pass_done(stats.bytes_read, stats.bytes_written, elapsed, utilization)
             log.info(
                 "Cleaned diskless partition %s-%d [%d, %d): %d of %d bytes kept in %s, %.2f s",
                 tip.topic_name, tip.partition, request.start_offset, end, stats.bytes_written, stats.bytes_read,

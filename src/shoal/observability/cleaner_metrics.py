@@ -23,13 +23,38 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-__all__ = ["CleanerView", "track_cleaners"]
+__all__ = ["CleanerGauges", "CleanerView", "track_cleaners"]
+
+
+@dataclass(slots=True)
+class CleanerGauges:
+    """The figures both cleaners keep for these gauges; each adds how it counts uncleanable partitions."""
+
+    max_dirty_percent: float = 0.0
+    recopy_percent: float = 0.0
+    max_clean_time_secs: float = 0.0
+    max_buffer_utilization_percent: float = 0.0
+    max_compaction_delay_secs: float = 0.0
+    last_run_ms: int = 0
+    passes: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+
+    def pass_done(self, read: int, written: int, elapsed_s: float, utilization: float) -> None:
+        """A cleaning pass read ``read`` bytes and wrote ``written`` of them back."""
+        self.passes += 1
+        self.bytes_written += written
+        if read:
+            self.recopy_percent = 100 * written / read
+        self.max_clean_time_secs = max(self.max_clean_time_secs, elapsed_s)
+        self.max_buffer_utilization_percent = 100 * utilization
 
 
 class CleanerView(Protocol):
