@@ -1,3 +1,8 @@
 from setuptools import Extension, setup
 
-setup(ext_modules=[Extension("shoal.records._scan", ["src/shoal/records/_scan.c"], extra_compile_args=["-O2"])])
+setup(
+    ext_modules=[
+        Extension("shoal.records._scan", ["src/shoal/records/_scan.c"], extra_compile_args=["-O2"]),
+        Extension("shoal.records._columns", ["src/shoal/records/_columns.c"], extra_compile_args=["-O2"]),
+    ]
+)

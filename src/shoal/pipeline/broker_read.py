@@ -14,7 +14,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from shoal.pipeline.isolation import READ_UNCOMMITTED
-from shoal.pipeline.storage_read import DataLossError, StoredRecord
+from shoal.pipeline.storage_read import DataLossError
+from shoal.pipeline.stored_batches import StoredRecord
 from shoal.pipeline.topics import PartitionSource
 
 __all__ = ["BrokerRangeReader"]

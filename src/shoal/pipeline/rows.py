@@ -5,6 +5,10 @@ so the Arrow types here are what ``pyspark.sql.pandas.types.to_arrow_schema`` ma
 the DDL (a test keeps the two equal). Values follow Spark's Kafka source: timestamps in
 microseconds (UTC), ``timestampType`` as Kafka's id (0 CreateTime, 1 LogAppendTime) and
 ``headers`` null for a record without headers.
+
+Two builders make the same batches: ``RowBuffer`` from records as Python tuples (what a
+consumer through the broker gives), ``ColumnBuffer`` from stored batches, whose records C code
+(``shoal.records._columns``) lays out as Arrow buffers without a Python object per record.
 """
 
 from __future__ import annotations
@@ -14,7 +18,10 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["BASE_DDL", "HEADERS_DDL", "RowBuffer", "arrow_schema", "schema_ddl"]
+from shoal.pipeline.stored_batches import StoredBatch
+from shoal.records._columns import RecordColumns
+
+__all__ = ["BASE_DDL", "HEADERS_DDL", "ColumnBuffer", "RowBuffer", "arrow_schema", "schema_ddl"]
 
 BASE_DDL = (
     "key binary, value binary, topic string, partition int, offset long, "
@@ -117,4 +124,75 @@ class RowBuffer:
         if self._include_headers:
             columns.append(pa.array(self.headers, _HEADER_TYPE))
         self._clear()
+        yield pa.RecordBatch.from_arrays(columns, schema=self._schema)
+
+
+def _binary(kind: pa.DataType, rows: int, parts: tuple[bytes | None, bytes, bytes, int]) -> pa.Array:
+    validity, offsets, data, nulls = parts
+    return pa.Array.from_buffers(
+        kind,
+        rows,
+        [None if validity is None else pa.py_buffer(validity), pa.py_buffer(offsets), pa.py_buffer(data)],
+        null_count=nulls,
+    )
+
+
+class ColumnBuffer:
+    """Collects the records of one topic-partition's stored batches and cuts them into Arrow
+    batches, the records parsed in C straight into Arrow's buffers."""
+
+    def __init__(
+        self, topic: str, partition: int, include_headers: bool, batch_rows: int = DEFAULT_BATCH_ROWS
+    ) -> None:
+        self._topic = topic
+        self._partition = partition
+        self._include_headers = include_headers
+        self._schema = arrow_schema(include_headers)
+        self._batch_rows = batch_rows
+        self._columns = RecordColumns(include_headers)
+
+    def __len__(self) -> int:
+        return self._columns.rows
+
+    def add(self, batch: StoredBatch) -> None:
+        h = batch.header
+        self._columns.add(
+            batch.records, h.records_count, h.base_offset, h.base_timestamp, h.max_timestamp,
+            batch.log_append_time, batch.start, batch.end,
+        )
+
+    def full(self) -> bool:
+        return self._columns.rows >= self._batch_rows
+
+    def drain(self) -> Iterator[pa.RecordBatch]:
+        """The buffered rows as one batch (nothing when empty); the buffer starts over."""
+        if self._columns.rows == 0:
+            return
+        taken = self._columns.take()
+        n = taken["rows"]
+        columns = [
+            _binary(pa.binary(), n, taken["keys"]),
+            _binary(pa.binary(), n, taken["values"]),
+            pa.repeat(pa.scalar(self._topic, pa.string()), n),
+            pa.repeat(pa.scalar(self._partition, pa.int32()), n),
+            pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(taken["offsets"])]),
+            pa.Array.from_buffers(_TIMESTAMP_TYPE, n, [None, pa.py_buffer(taken["timestamps"])]),
+            pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(taken["ts_types"])]),
+        ]
+        if self._include_headers:
+            validity, offsets, nulls, entries, keys, values = taken["headers"]
+            header_keys = _binary(pa.string(), entries, keys)
+            header_keys.validate(full=True)  # header keys are UTF-8 (checked on produce; cheap to be sure)
+            entry = pa.StructArray.from_arrays(
+                [header_keys, _binary(pa.binary(), entries, values)], fields=list(_HEADER_TYPE.value_type)
+            )
+            columns.append(
+                pa.Array.from_buffers(
+                    _HEADER_TYPE,
+                    n,
+                    [None if validity is None else pa.py_buffer(validity), pa.py_buffer(offsets)],
+                    null_count=nulls,
+                    children=[entry],
+                )
+            )
         yield pa.RecordBatch.from_arrays(columns, schema=self._schema)

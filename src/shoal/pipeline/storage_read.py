@@ -41,18 +41,18 @@ from shoal.objects.factory import open_object_storage
 from shoal.objects.ranges import coalesce_ranges
 from shoal.objects.storage import ByteRange, ObjectNotFoundError, ObjectStorage
 from shoal.pipeline.isolation import CONTROL_ONLY, BatchFilter
+from shoal.pipeline.stored_batches import StoredBatch, StoredRecord, records_of, stored_batch
 from shoal.pipeline.stores import open_coordinator
-from shoal.pipeline.tiered_read import RemoteSegments, SegmentReader, StoredRecord
+from shoal.pipeline.tiered_read import RemoteSegments, SegmentReader
 from shoal.pipeline.topics import PartitionSource
 from shoal.protocol.errors import ErrorCode, KafkaError
-from shoal.records.batch import ATTRIBUTES_OFFSET, TIMESTAMP_TYPE_FLAG, read_header, stamp_batch
-from shoal.records.codec import Record, decode_batch
+from shoal.records.batch import ATTRIBUTES_OFFSET, read_header, stamp_batch
 from shoal.records.types import TimestampType
 from shoal.tiered.api import RemoteResourceNotFoundError
 from shoal.tiered.api import TopicIdPartition as RemotePartition
 from shoal.tiered.storage_manager import ObjectRemoteStorageManager
 
-__all__ = ["DataLossError", "DisklessRangeReader", "StoredRecord"]
+__all__ = ["DataLossError", "DisklessRangeReader", "StoredBatch", "StoredRecord"]
 
 #: Bytes of batches planned (and fetched) per step; two steps are in memory at once.
 CHUNK_BYTES = 16 * 1024 * 1024
@@ -77,7 +77,7 @@ class _Tiered:
 
 
 #: What reading one part of a range yields, then returns: where the read goes on (None: done).
-_Part = Generator[list[StoredRecord], None, int | None]
+_Part = Generator[list[StoredBatch], None, int | None]
 
 
 def _data_loss(message: str) -> DataLossError:
@@ -182,8 +182,8 @@ class DisklessRangeReader:
         log_start, high_watermark = self.bounds(src)  # read_committed: the LSO, as Kafka bounds the answer
         first_offset = max(min(starts), log_start)
         # Any data record answers, an aborted one too: Kafka's time index does not know transactions.
-        for records in self._read(src, first_offset, high_watermark, False, CONTROL_ONLY):
-            for rec in records:
+        for batches in self._read(src, first_offset, high_watermark, False, CONTROL_ONLY):
+            for rec in records_of(batches):
                 if rec[1] >= target:
                     return rec[0]
         return None
@@ -194,7 +194,14 @@ class DisklessRangeReader:
         self, src: PartitionSource, start: int, end: int, *, fail_on_data_loss: bool = True
     ) -> Iterator[list[StoredRecord]]:
         """The records with ``start <= offset < end``, in offset order, in chunks (control records
-        skipped; with ``read_committed`` aborted transactions too).
+        skipped; with ``read_committed`` aborted transactions too)."""
+        for batches in self.read_batches(src, start, end, fail_on_data_loss=fail_on_data_loss):
+            yield records_of(batches)
+
+    def read_batches(
+        self, src: PartitionSource, start: int, end: int, *, fail_on_data_loss: bool = True
+    ) -> Iterator[list[StoredBatch]]:
+        """The batches holding the records ``read`` returns, chunk by chunk, ready to decode.
 
         Alternates between the coordinator's batches and tiered segments as the coordinator
         says where the offsets are.
@@ -206,7 +213,7 @@ class DisklessRangeReader:
 
     def _read(
         self, src: PartitionSource, start: int, end: int, fail_on_data_loss: bool, keep: BatchFilter
-    ) -> Iterator[list[StoredRecord]]:
+    ) -> Iterator[list[StoredBatch]]:
         offset: int | None = start
         while offset is not None and offset < end:
             offset = yield from self._read_local(src, offset, end, fail_on_data_loss, keep)
@@ -249,14 +256,14 @@ class DisklessRangeReader:
                 step = self._plan(tip, log_start, end, fail_on_data_loss, keep)
                 future = self._submit(step)
                 continue
-            yield self._decode(step, data, end, keep)
+            yield self._checked(step, data, end, keep)
             step, future = following, following_future
         return step.offset if isinstance(step, _Tiered) else None
 
     def _read_tiered(
         self, src: PartitionSource, offset: int, end: int, fail_on_data_loss: bool, keep: BatchFilter
     ) -> _Part:
-        """The records of the remote segment holding ``offset``; returns the offset after it."""
+        """The batches of the remote segment holding ``offset``; returns the offset after it."""
         where = f"{src.topic}-{src.partition}"
         remote = RemotePartition(src.topic_uuid(), src.partition, src.topic)
         segment = self._remote.holding(remote, offset)
@@ -265,9 +272,9 @@ class DisklessRangeReader:
             stop = min(end, segment.end_offset + 1)
             self.stats["segments"] += 1
             try:
-                for records, progress in self._segments.read(segment, offset, stop, keep):
+                for batches, progress in self._segments.read(segment, offset, stop, keep):
                     reached = progress
-                    yield records
+                    yield batches
                 return stop
             except RemoteResourceNotFoundError:
                 pass  # deleted since it was listed: retention, below
@@ -349,13 +356,15 @@ class DisklessRangeReader:
         self.stats["bytes"] += sum(len(b) for b in blobs)
         return {(s.key, s.start): blob for s, blob in zip(spans, blobs, strict=True)}
 
-    def _decode(
+    def _checked(
         self, step: _Step, data: dict[tuple[str, int], bytes], end: int, keep: BatchFilter
-    ) -> list[StoredRecord]:
+    ) -> list[StoredBatch]:
+        """The step's batches cut from the fetched spans, CRC checked, with the coordinator's
+        offsets (and LogAppendTime) stamped in, control and aborted ones left out."""
         by_key: dict[str, list[tuple[int, bytes]]] = {}
         for (key, start), blob in data.items():
             by_key.setdefault(key, []).append((start, blob))
-        out: list[StoredRecord] = []
+        out: list[StoredBatch] = []
         for batch in step.batches:
             m = batch.metadata
             start, blob = next(
@@ -380,11 +389,5 @@ class DisklessRangeReader:
                 continue
             log_append = m.timestamp_type == TimestampType.LOG_APPEND_TIME
             stamp_batch(buf, 0, m.base_offset, 0, m.log_append_timestamp if log_append else None)
-            header, records = decode_batch(buf, check_crc=False)
-            ts_type = 1 if header.attributes & TIMESTAMP_TYPE_FLAG else 0
-            first = step.offset
-            rec: Record
-            for rec in records:
-                if first <= rec.offset < end:
-                    out.append((rec.offset, rec.timestamp, ts_type, rec.key, rec.value, rec.headers))
+            out.append(stored_batch(buf, 0, step.offset, end))
         return out

@@ -26,10 +26,11 @@ from crc32c import crc32c
 
 from shoal.config import Config
 from shoal.pipeline.isolation import CONTROL_ONLY, BatchFilter
+from shoal.pipeline.stored_batches import StoredBatch, stored_batch
 from shoal.pipeline.stores import open_remote_log_metadata
 from shoal.protocol.errors import ErrorCode, KafkaError
-from shoal.records.batch import ATTRIBUTES_OFFSET, TIMESTAMP_TYPE_FLAG, BatchHeader
-from shoal.records.codec import decode_batch, iter_batches
+from shoal.records.batch import ATTRIBUTES_OFFSET, BatchHeader
+from shoal.records.codec import iter_batches
 from shoal.tiered.api import (
     IndexType,
     RemoteLogMetadataManager,
@@ -41,10 +42,7 @@ from shoal.tiered.api import (
 )
 from shoal.tiered.segment_lookup import floor_segment, index_position
 
-__all__ = ["RemoteSegments", "SegmentReader", "StoredRecord", "floor_segment", "index_position"]
-
-# (offset, timestamp ms, timestamp type, key, value, headers), as ``storage_read`` returns them.
-StoredRecord = tuple[int, int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]
+__all__ = ["RemoteSegments", "SegmentReader", "floor_segment", "index_position"]
 
 _T = TypeVar("_T")
 
@@ -128,8 +126,8 @@ class SegmentReader:
 
     def read(
         self, segment: RemoteLogSegmentMetadata, offset: int, end: int, keep: BatchFilter = CONTROL_ONLY
-    ) -> Iterator[tuple[list[StoredRecord], int]]:
-        """The records of ``segment`` with ``offset <= o < end``, chunk by chunk, each with the
+    ) -> Iterator[tuple[list[StoredBatch], int]]:
+        """The batches of ``segment`` with records ``offset <= o < end``, chunk by chunk, each with the
         offset after the chunk's last whole batch (how far the read got). Batches ``keep`` drops
         (control batches at least) give none. RemoteResourceNotFoundError when the segment is gone
         (retention)."""
@@ -160,7 +158,7 @@ class SegmentReader:
                         ErrorCode.corrupt_message,
                         f"{_describe(segment)} ends in a partial batch at position {buf_position + consumed}",
                     )
-                yield self._decode(segment, buf, buf_position, batches, offset, end, keep), reached
+                yield self._checked(segment, buf, buf_position, batches, offset, end, keep), reached
         finally:
             if pending is not None:
                 pending.cancel()
@@ -183,7 +181,7 @@ class SegmentReader:
                 return batches, consumed, True
         return batches, consumed, False
 
-    def _decode(
+    def _checked(
         self,
         segment: RemoteLogSegmentMetadata,
         buf: bytes,
@@ -192,9 +190,9 @@ class SegmentReader:
         offset: int,
         end: int,
         keep: BatchFilter,
-    ) -> list[StoredRecord]:
+    ) -> list[StoredBatch]:
         view = memoryview(buf)
-        out: list[StoredRecord] = []
+        out: list[StoredBatch] = []
         for at, header in batches:
             computed = crc32c(view[at + ATTRIBUTES_OFFSET : at + header.size])
             if computed != header.crc:
@@ -206,9 +204,5 @@ class SegmentReader:
             self.stats["batches"] += 1
             if not keep.keeps_header(header):  # a marker, or a batch of an aborted transaction
                 continue
-            header, records = decode_batch(view, at, check_crc=False)
-            ts_type = 1 if header.attributes & TIMESTAMP_TYPE_FLAG else 0
-            for rec in records:
-                if offset <= rec.offset < end:
-                    out.append((rec.offset, rec.timestamp, ts_type, rec.key, rec.value, rec.headers))
+            out.append(stored_batch(view, at, offset, end))
         return out

@@ -205,6 +205,15 @@ def decode_batch(
     LogAppendTime batches report maxTimestamp for every record, as Kafka's consumer does.
     Control batches decode like any other (see ``control_record_type``).
     """
+    header, data = records_section(buf, pos, check_crc=check_crc)
+    return header, decode_records(header, data)
+
+
+def records_section(
+    buf: bytes | bytearray | memoryview, pos: int = 0, *, check_crc: bool = True
+) -> tuple[BatchHeader, bytes]:
+    """The header of the batch at ``pos`` and its records section, decompressed: what
+    ``decode_records`` (or a columnar decoder) reads."""
     mv = buf if isinstance(buf, memoryview) else memoryview(buf)
     if mv.format != "B" or mv.ndim != 1:
         mv = mv.cast("B")
@@ -226,8 +235,7 @@ def decode_batch(
                 f"Record batch at position {pos}: batch CRC {header.crc} does not match {computed}"
             )
     body = mv[pos + HEADER_SIZE : pos + size]
-    data = decompress(header.compression, body)
-    return header, decode_records(header, data)
+    return header, decompress(header.compression, body)
 
 
 def control_record_type(record: Record) -> int:
