@@ -108,9 +108,8 @@ def _steady_producer(
 @pytest.mark.timeout(180)
 def test_object_count_tracks_time_not_requests(broker_factory: Any, topic_name: str) -> None:
     """Six idempotent producers, eight partitions, ~6 s of steady produce with linger 0: many
-    produce requests, but objects bounded by time: one per commit interval (250 ms), or up to
-    EARLY_CLOSE_FRACTION per interval while every producer in a segment is at its in-flight limit
-    (``diskless.append``'s early close)."""
+    produce requests, but objects bounded by time: at most EARLY_CLOSE_FRACTION per commit interval
+    (250 ms), however the segments close (``diskless.append``'s early close)."""
     interval_ms = 250
     broker = broker_factory(overrides={"diskless.append.commit.interval.ms": interval_ms})
     partitions, producers, duration = 8, 6, 6.0

@@ -8,16 +8,23 @@ in the order the segments were closed. Only then are the produce requests in the
 segment answered: an answer means the data is in object storage and its offsets
 are in the coordinator.
 
-Early close: a producer has at most ``PRODUCE_PIPELINE_DEPTH`` (5) Produce requests in the
-broker. When every connection with data in the open segment has that many in flight (and the
-segment holds nothing else but transaction markers, which nobody adds to), no more data can come
-for it until it commits; waiting out the interval would only add latency (a record would wait
-for its request's turn and then for a whole interval, p50 445 ms / p99 974 ms at 5,000 records/s
-with idempotent librdkafka producers and the 250 ms default). Such a segment closes as soon as no
-other segment is uploading or committing and it has been open ``commit interval / 5``. So a
-broker still writes at most one object per commit interval under light load, and at most
-``5 / commit interval`` a second (20/s at 250 ms) plus the size-triggered ones while producers
-are in-flight-bound.
+Early close: waiting out the whole interval only adds latency when no more data is coming for the
+open segment soon, and producers wait on it: an idempotent producer (the default of Java,
+librdkafka and kafka-python) has at most ``PRODUCE_PIPELINE_DEPTH`` (5) Produce requests in the
+broker, and librdkafka was measured keeping one per partition, so a producer blocked on this segment sends
+nothing until it commits (p50 445 ms / p99 974 ms at 5,000 records/s with the 250 ms default;
+3.5 MB/s for one idempotent producer on one partition). The open segment therefore closes
+before the interval when it has been ``commit interval / EARLY_CLOSE_FRACTION`` since the
+previous close and either
+
+- every connection with data in it has its most pipelined Produce requests in flight (and it
+  holds nothing else but transaction markers, which nobody adds to): no more can come; or
+- no batch has joined it for ``commit interval / QUIET_FRACTION``: its producers are waiting
+  for it, or have nothing to send.
+
+So a broker writes at most ``EARLY_CLOSE_FRACTION / commit interval`` objects a second (20/s at
+the 250 ms default) plus the size-triggered ones (``diskless.append.buffer.max.bytes``), and a
+steady stream of batches that never pauses for the quiet time gets one object per interval.
 """
 
 from __future__ import annotations
@@ -47,9 +54,11 @@ from shoal.records.wal import build_segment, new_wal_key
 log = logging.getLogger(__name__)
 
 MAX_INFLIGHT_SEGMENTS = 4
-#: An early close (see the module docstring) waits until the segment is this fraction of the
-#: commit interval old: the bound on objects per second while producers are in-flight-bound.
+#: An early close (see the module docstring) comes at least this fraction of the commit interval
+#: after the previous close: the bound on objects per second.
 EARLY_CLOSE_FRACTION = 5
+#: A segment no batch joined for this fraction of the commit interval may close early.
+QUIET_FRACTION = 10
 
 
 @dataclass(slots=True)
@@ -66,7 +75,10 @@ class _Entry:
 class _Segment:
     entries: list[_Entry] = field(default_factory=list)
     size: int = 1
+    #: When the previous segment closed (this one became the open one).
     opened_at: float = field(default_factory=time.monotonic)
+    #: When the last batch joined.
+    last_append: float = 0.0
     #: The connections whose Produce requests have batches here (by id).
     sources: dict[int, ProducePipeline] = field(default_factory=dict)
     #: A batch came from no known connection: whether more follows cannot be told.
@@ -107,8 +119,6 @@ class Appender:
         self._committer: asyncio.Task[None] | None = None
         self._closed = False
         self._metrics = metrics
-        #: Segments closed but not yet committed or failed: early closes wait for none.
-        self._unfinished = 0
         self._early_check: asyncio.Handle | asyncio.TimerHandle | None = None
 
     def start(self) -> None:
@@ -134,6 +144,7 @@ class Appender:
         segment = self._active
         segment.entries.append(_Entry(partition, data, header, timestamp_type, future, control))
         segment.size += len(data)
+        segment.last_append = time.monotonic()
         if control is None:
             pipeline = current_pipeline.get()
             if pipeline is None:
@@ -146,20 +157,27 @@ class Appender:
         loop = asyncio.get_running_loop()
         if self._timer is None:
             self._timer = loop.call_later(self._interval, self._close_active)
-        if self._early_check is None:
-            # After the caller's other batches of this request (same tick) are in too.
+        if self._early_check is None or isinstance(self._early_check, asyncio.TimerHandle):
+            # Check again (its producers may be at their limit now), after the caller's other
+            # batches of this request (same tick) are in too.
+            if self._early_check is not None:
+                self._early_check.cancel()
             self._early_check = loop.call_soon(self._maybe_close_early)
         return future
 
     def _maybe_close_early(self) -> None:
-        """Close the active segment now if nothing more can come for it (module docstring)."""
+        """Close the active segment now if it may close early (module docstring), or check again
+        when it may."""
         self._early_check = None
         segment = self._active
-        if not segment.entries or self._unfinished or not segment.waits_for_nothing():
+        if not segment.entries:
             return
-        wait = segment.opened_at + self._interval / EARLY_CLOSE_FRACTION - time.monotonic()
-        if wait > 0:
-            self._early_check = asyncio.get_running_loop().call_later(wait, self._maybe_close_early)
+        now = time.monotonic()
+        at = segment.opened_at + self._interval / EARLY_CLOSE_FRACTION
+        if not segment.waits_for_nothing():
+            at = max(at, segment.last_append + self._interval / QUIET_FRACTION)
+        if at > now:
+            self._early_check = asyncio.get_running_loop().call_later(at - now, self._maybe_close_early)
             return
         self._close_active()
 
@@ -174,7 +192,6 @@ class Appender:
         if not segment.entries:
             return
         self._active = _Segment()
-        self._unfinished += 1
         key = new_wal_key()
         upload = asyncio.create_task(self._upload(segment, key), name=f"upload {key}")
         self._commit_queue.put_nowait((segment, key, upload))
@@ -205,9 +222,6 @@ class Appender:
                 self._fail(segment, KafkaError(ErrorCode.kafka_storage_error, f"object storage upload failed: {exc}"))
             else:
                 await self._commit(segment, key)
-            self._unfinished -= 1
-            if not self._closed:
-                self._maybe_close_early()
 
     async def _commit(self, segment: _Segment, key: str) -> None:
         requests = []
