@@ -76,8 +76,9 @@ def test_columns_cut_into_batches_of_the_row_limit() -> None:
 
 def test_malformed_records_raise() -> None:
     good = stored_batch(build_batch(_records(10)), 0, 0, 10)
+    section = bytes(good.records)
     columns = ColumnBuffer("t", 0, True)
-    for records in (good.records[:-1], good.records + b"\x00", b"\x7f" + good.records[1:]):
+    for records in (section[:-1], section + b"\x00", b"\x7f" + section[1:]):
         with pytest.raises(ValueError):
             columns.add(StoredBatch(good.header, records, 0, 10))
     columns.add(good)  # a failed batch leaves nothing half-added

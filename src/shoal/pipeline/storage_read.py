@@ -372,7 +372,7 @@ class DisklessRangeReader:
                 for s, b in by_key[batch.object_key]
                 if s <= m.byte_offset and m.byte_offset + m.byte_size <= s + len(b)
             )
-            buf = bytearray(blob[m.byte_offset - start : m.byte_offset - start + m.byte_size])
+            buf = bytearray(memoryview(blob)[m.byte_offset - start : m.byte_offset - start + m.byte_size])
             if len(buf) != m.byte_size:
                 raise KafkaError(
                     ErrorCode.corrupt_message, f"object {batch.object_key} is shorter than its batches"

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from shoal.records.batch import TIMESTAMP_TYPE_FLAG, BatchHeader
+from shoal.records.batch import HEADER_SIZE, TIMESTAMP_TYPE_FLAG, BatchHeader, read_header
 from shoal.records.codec import decode_records, records_section
+from shoal.records.compression import NONE
 
 __all__ = ["StoredBatch", "StoredRecord", "records_of", "stored_batch"]
 
@@ -27,7 +28,7 @@ class StoredBatch:
     and the offsets ``[start, end)`` the read wants from it."""
 
     header: BatchHeader
-    records: bytes
+    records: bytes | memoryview
     start: int
     end: int
 
@@ -37,9 +38,12 @@ class StoredBatch:
 
 
 def stored_batch(buf: bytes | bytearray | memoryview, at: int, start: int, end: int) -> StoredBatch:
-    """The batch at ``at`` of ``buf`` (CRC already checked, offsets already stamped)."""
-    header, data = records_section(buf, at, check_crc=False)
-    return StoredBatch(header, data, start, end)
+    """The batch at ``at`` of ``buf`` (CRC already checked, offsets already stamped); an
+    uncompressed records section stays a view of ``buf``, not a copy."""
+    header = read_header(buf, at)
+    if header.compression == NONE:
+        return StoredBatch(header, memoryview(buf)[at + HEADER_SIZE : at + header.size], start, end)
+    return StoredBatch(header, records_section(buf, at, check_crc=False)[1], start, end)
 
 
 def records_of(batches: Iterable[StoredBatch]) -> list[StoredRecord]:
@@ -48,7 +52,8 @@ def records_of(batches: Iterable[StoredBatch]) -> list[StoredRecord]:
     for batch in batches:
         ts_type = 1 if batch.log_append_time else 0
         start, end = batch.start, batch.end
-        for rec in decode_records(batch.header, batch.records):
+        data = batch.records if isinstance(batch.records, bytes) else bytes(batch.records)
+        for rec in decode_records(batch.header, data):
             if start <= rec.offset < end:
                 out.append((rec.offset, rec.timestamp, ts_type, rec.key, rec.value, rec.headers))
     return out
