@@ -29,9 +29,9 @@ from shoal.coordinator.api import (
     CreateTopicAndPartitionsRequest,
     DeleteRecordsRequest,
     FindBatchRequest,
-    ObjectCandidate,
     TopicIdPartition,
 )
+from shoal.coordinator.compaction_types import ObjectCandidate
 from shoal.objects.local import LocalObjectStorage
 from shoal.pipeline.compaction_plan import plan_outputs
 from shoal.pipeline.compaction_task import TaskSettings, compact_output, verify_batch

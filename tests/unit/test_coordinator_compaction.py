@@ -21,7 +21,6 @@ import pytest
 from shoal.coordinator.api import (
     BatchCoordinator,
     BatchInfo,
-    BatchMove,
     CommitBatchRequest,
     CreateTopicAndPartitionsRequest,
     DeleteRecordsRequest,
@@ -30,6 +29,7 @@ from shoal.coordinator.api import (
     ObjectState,
     TopicIdPartition,
 )
+from shoal.coordinator.compaction_types import BatchMove
 from shoal.protocol.errors import ErrorCode
 from shoal.records.types import TimestampType
 from shoal.store.factory import open_batch_coordinator_at

@@ -19,9 +19,7 @@ import pytest
 from shoal.coordinator.api import (
     BatchCoordinator,
     BatchInfo,
-    CleanedBatch,
     CommitBatchRequest,
-    CompactPartitionRequest,
     CoordinatorUnavailableError,
     CreateTopicAndPartitionsRequest,
     DeleteRecordsRequest,
@@ -30,8 +28,8 @@ from shoal.coordinator.api import (
     ListOffsetsRequest,
     ListOffsetsTimestamp,
     ObjectState,
-    SourceBatch,
 )
+from shoal.coordinator.compaction_types import CleanedBatch, CompactPartitionRequest, SourceBatch
 from shoal.coordinator.faulty import Fault, FaultyBatchCoordinator
 from shoal.protocol.errors import ErrorCode
 from shoal.records.types import TimestampType

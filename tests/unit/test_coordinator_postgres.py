@@ -20,7 +20,6 @@ import psycopg
 import pytest
 
 from shoal.coordinator.api import (
-    BatchMove,
     CommitBatchRequest,
     CommitBatchResponse,
     CoordinatorUnavailableError,
@@ -32,6 +31,7 @@ from shoal.coordinator.api import (
     ListOffsetsTimestamp,
     TopicIdPartition,
 )
+from shoal.coordinator.compaction_types import BatchMove
 from shoal.protocol.errors import ErrorCode
 from shoal.records.types import TimestampType
 from shoal.store.postgres.coordinator import PostgresBatchCoordinator

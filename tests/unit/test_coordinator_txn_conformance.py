@@ -14,7 +14,6 @@ from collections.abc import Iterator
 import pytest
 
 from shoal.coordinator.api import (
-    BatchMove,
     CommitBatchRequest,
     CommitBatchResponse,
     CreateTopicAndPartitionsRequest,
@@ -27,6 +26,7 @@ from shoal.coordinator.api import (
     ListOffsetsTimestamp,
     TxnControl,
 )
+from shoal.coordinator.compaction_types import BatchMove
 from shoal.protocol.errors import ErrorCode
 from shoal.records.types import TimestampType
 from tests.unit.test_coordinator_conformance import TOPIC, Coordinator, FakeClock, open_coordinator, tp

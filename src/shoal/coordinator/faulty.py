@@ -28,11 +28,8 @@ from typing import TypeVar, cast
 from shoal.coordinator.api import (
     BatchCoordinator,
     BatchInfo,
-    BatchMove,
     CommitBatchRequest,
     CommitBatchResponse,
-    CompactPartitionRequest,
-    CompactPartitionResult,
     CoordinatorInspector,
     CoordinatorUnavailableError,
     CreateTopicAndPartitionsRequest,
@@ -48,11 +45,16 @@ from shoal.coordinator.api import (
     FindBatchResponse,
     ListOffsetsRequest,
     ListOffsetsResponse,
-    ObjectCandidate,
     ObjectDescription,
     ProducerStateEntry,
-    ReplaceResult,
     TopicDescription,
+)
+from shoal.coordinator.compaction_types import (
+    BatchMove,
+    CompactPartitionRequest,
+    CompactPartitionResult,
+    ObjectCandidate,
+    ReplaceResult,
 )
 from shoal.faults import Fault, FaultControlled, FaultInjector
 from shoal.faults import write_control_file as _write_control_file

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from shoal.coordinator.api import CleanedBatch, CompactPartitionRequest, SourceBatch
+from shoal.coordinator.compaction_types import CleanedBatch, CompactPartitionRequest, SourceBatch
 from shoal.records.types import TimestampType
 
 

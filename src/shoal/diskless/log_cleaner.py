@@ -43,15 +43,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from shoal.coordinator.api import (
-    BatchCoordinator,
-    BatchInfo,
-    CleanedBatch,
-    CompactPartitionRequest,
-    FindBatchRequest,
-    SourceBatch,
-    TopicIdPartition,
-)
+from shoal.coordinator.api import BatchCoordinator, BatchInfo, FindBatchRequest, TopicIdPartition
+from shoal.coordinator.compaction_types import CleanedBatch, CompactPartitionRequest, SourceBatch
 from shoal.diskless.periodic import PeriodicTask
 from shoal.metadata.image import MetadataImage, TopicImage
 from shoal.objects.ranges import coalesce_ranges

@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from shoal.coordinator.api import BatchInfo, ObjectCandidate
+from shoal.coordinator.api import BatchInfo
+from shoal.coordinator.compaction_types import ObjectCandidate
 from shoal.records.wal import WAL_HEADER_SIZE
 
 __all__ = ["CompactionPlan", "OutputPlan", "PlannedBatch", "plan_outputs"]

@@ -30,7 +30,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from shoal.config import Config
-from shoal.coordinator.api import BatchMove, TopicIdPartition
+from shoal.coordinator.api import TopicIdPartition
+from shoal.coordinator.compaction_types import BatchMove
 from shoal.objects.factory import open_object_storage
 from shoal.objects.ranges import coalesce_ranges
 from shoal.objects.storage import ByteRange, ObjectNotFoundError, ObjectStorage

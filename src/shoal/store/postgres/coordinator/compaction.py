@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import psycopg
 
-from shoal.coordinator.api import (
-    BatchInfo,
-    BatchMove,
-    ObjectCandidate,
-    ObjectState,
-    ReplaceResult,
-)
+from shoal.coordinator.api import BatchInfo, ObjectState
+from shoal.coordinator.compaction_types import BatchMove, ObjectCandidate, ReplaceResult
 from shoal.store.postgres.coordinator.base import CoordinatorBase
 from shoal.store.postgres.coordinator.logs import (
     queue_lock_logs,

@@ -14,7 +14,8 @@ import uuid
 
 import psycopg
 
-from shoal.coordinator.api import CompactPartitionRequest, CompactPartitionResult, ObjectState
+from shoal.coordinator.api import ObjectState
+from shoal.coordinator.compaction_types import CompactPartitionRequest, CompactPartitionResult
 from shoal.coordinator.log_compaction import (
     HeldBatch,
     NewRow,

@@ -5,15 +5,8 @@ from __future__ import annotations
 import json
 import uuid
 
-from shoal.coordinator.api import (
-    BatchInfo,
-    BatchMetadata,
-    BatchMove,
-    ObjectCandidate,
-    ObjectState,
-    ReplaceResult,
-    TopicIdPartition,
-)
+from shoal.coordinator.api import BatchInfo, BatchMetadata, ObjectState, TopicIdPartition
+from shoal.coordinator.compaction_types import BatchMove, ObjectCandidate, ReplaceResult
 from shoal.store.sqlite.coordinator.base import CoordinatorBase
 from shoal.store.sqlite.coordinator.schema import (
     RECORD_DELETED_TOPIC_SQL,

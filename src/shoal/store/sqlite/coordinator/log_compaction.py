@@ -6,7 +6,8 @@ from __future__ import annotations
 import sqlite3
 import uuid
 
-from shoal.coordinator.api import CompactPartitionRequest, CompactPartitionResult, ObjectState
+from shoal.coordinator.api import ObjectState
+from shoal.coordinator.compaction_types import CompactPartitionRequest, CompactPartitionResult
 from shoal.coordinator.log_compaction import (
     HeldBatch,
     NewRow,
