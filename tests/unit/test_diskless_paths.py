@@ -117,6 +117,18 @@ async def wait_for(future, timeout: float = 5.0):
     return await asyncio.wait_for(asyncio.shield(future), timeout)
 
 
+class TimedUploads(MemoryObjectStorage):
+    """Notes when each upload starts (a segment's close)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.started: list[float] = []
+
+    async def upload(self, key: str, data: bytes | memoryview) -> None:
+        self.started.append(time.monotonic())
+        await super().upload(key, data)
+
+
 class SlowFirstUpload(MemoryObjectStorage):
     """The first object's upload takes longer than the later ones."""
 
@@ -212,34 +224,55 @@ class FakePipeline:
 
 
 async def test_a_segment_closes_early_once_every_producer_in_it_is_at_its_in_flight_limit(coordinator) -> None:
-    """A segment whose connections can send no more closes after interval / 5, not the interval;
-    one with a connection that still could waits for the interval."""
+    """A segment whose connections can send no more closes interval / 5 after the previous close,
+    not after the interval; one with a connection that still could and keeps sending waits for
+    the interval."""
     from shoal.protocol.produce_pipeline import current_pipeline
 
     storage = MemoryObjectStorage()
     appender = new_appender(storage, coordinator, interval_ms=500)
     blocked, busy = FakePipeline(full=True), FakePipeline(full=False)
-    token = current_pipeline.set(busy)
+    token = current_pipeline.set(blocked)
     try:
-        waiting = produce(appender, 0, b"a")  # its connection could still send more
-        await asyncio.sleep(0.2)
-        assert not waiting.done()
-        await wait_for(waiting)  # closed by the interval (500 ms)
-        current_pipeline.set(blocked)
+        await asyncio.sleep(0.15)  # interval / 5 since the (initial) previous close
         started = time.monotonic()
         early = produce(appender, 0, b"b")
         await wait_for(early)
         early_s = time.monotonic() - started
+        # A stream that never pauses for interval / 10 (50 ms): the interval decides.
         current_pipeline.set(busy)
-        mixed = produce(appender, 0, b"c")
-        current_pipeline.set(blocked)
-        produce(appender, 1, b"d")
-        await asyncio.sleep(0.2)
-        assert not mixed.done()  # one of its connections could still send: the interval decides
-        await wait_for(mixed)
+        first = produce(appender, 0, b"c")
+        for i in range(15):
+            await asyncio.sleep(0.02)
+            assert not first.done(), f"closed after {(i + 1) * 20} ms of a steady stream"
+            produce(appender, 1, b"d")
+        await wait_for(first)
     finally:
         current_pipeline.reset(token)
-    assert early_s < 0.45  # 100 ms (interval / 5) + the commit, not the 500 ms interval
+    assert early_s < 0.4  # at once + the commit, not the 500 ms interval
+    await appender.close()
+
+
+async def test_a_quiet_segment_closes_early(coordinator) -> None:
+    """No batch joined for interval / 10: its producers wait for it (librdkafka keeps one request
+    per partition in flight), so it closes without waiting for the interval."""
+    from shoal.protocol.produce_pipeline import current_pipeline
+
+    storage = TimedUploads()
+    appender = new_appender(storage, coordinator, interval_ms=2_000)
+    token = current_pipeline.set(FakePipeline(full=False))
+    try:
+        await asyncio.sleep(0.45)  # interval / 5 since the previous close
+        started = time.monotonic()
+        await wait_for(produce(appender, 0, b"q"))
+        quiet_s = time.monotonic() - started
+        # Right after a close, the next one waits for interval / 5 (the bound on objects a second).
+        await wait_for(produce(appender, 0, b"r"))
+    finally:
+        current_pipeline.reset(token)
+    assert quiet_s < 1.5  # 200 ms quiet + the commit, not the 2 s interval
+    first, second = storage.started
+    assert second - first >= 0.35  # interval / 5 = 400 ms apart (less scheduling slack)
     await appender.close()
 
 

@@ -34,7 +34,8 @@ class PartitionRead:
     error: ErrorCode
     high_watermark: int
     log_start_offset: int
-    records: bytes
+    #: The stamped batches (a bytearray when read: no copy into bytes; never changed after).
+    records: bytes | bytearray
     #: The coordinator's last stable offset (-1: unknown).
     last_stable_offset: int = -1
     #: READ_COMMITTED reads: (producer id, first offset) of the aborted transactions overlapping
@@ -124,7 +125,7 @@ class DisklessReader:
                     m.log_append_timestamp if m.timestamp_type == TimestampType.LOG_APPEND_TIME else None,
                 )
             results.append(PartitionRead(
-                ErrorCode.none, response.high_watermark, response.log_start_offset, bytes(out),
+                ErrorCode.none, response.high_watermark, response.log_start_offset, out,
                 response.last_stable_offset, tuple(response.aborted_transactions),
             ))
         return results

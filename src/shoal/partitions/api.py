@@ -119,7 +119,7 @@ class ReadOutcome:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    records: bytes = b""
+    records: bytes | bytearray = b""
     #: KIP-392: the replica the consumer should read this partition from instead (-1: here).
     preferred_read_replica: int = -1
     #: A diskless read answered from this broker's cache replica (not object storage).
