@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from shoal.records.batch import HEADER_SIZE, TIMESTAMP_TYPE_FLAG, BatchHeader, read_header
-from shoal.records.codec import decode_records, records_section
-from shoal.records.compression import NONE
+from shoal.records.codec import decode_records
+from shoal.records.compression import NONE, decompress
 
 __all__ = ["StoredBatch", "StoredRecord", "records_of", "stored_batch"]
 
@@ -37,13 +37,17 @@ class StoredBatch:
         return bool(self.header.attributes & TIMESTAMP_TYPE_FLAG)
 
 
-def stored_batch(buf: bytes | bytearray | memoryview, at: int, start: int, end: int) -> StoredBatch:
-    """The batch at ``at`` of ``buf`` (CRC already checked, offsets already stamped); an
-    uncompressed records section stays a view of ``buf``, not a copy."""
-    header = read_header(buf, at)
-    if header.compression == NONE:
-        return StoredBatch(header, memoryview(buf)[at + HEADER_SIZE : at + header.size], start, end)
-    return StoredBatch(header, records_section(buf, at, check_crc=False)[1], start, end)
+def stored_batch(
+    buf: bytes | bytearray | memoryview, at: int, start: int, end: int, header: BatchHeader | None = None
+) -> StoredBatch:
+    """The batch at ``at`` of ``buf`` (CRC already checked); ``header``: its header with the
+    coordinator's offsets and LogAppendTime in (WAL bytes carry the producer's), else the one in
+    ``buf``. An uncompressed records section stays a view of ``buf``, not a copy."""
+    if header is None:
+        header = read_header(buf, at)
+    body = memoryview(buf)[at + HEADER_SIZE : at + header.size]
+    records = body if header.compression == NONE else decompress(header.compression, body)
+    return StoredBatch(header, records, start, end)
 
 
 def records_of(batches: Iterable[StoredBatch]) -> list[StoredRecord]:
