@@ -14,15 +14,45 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator, Sequence
 
 import pytest
 from confluent_kafka import Consumer, Producer
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
-from tests.integration.test_cli_tools import Run, shoal
+from tests.integration.test_cli_tools import CLI_TIMEOUT, Run, shoal
 from tests.support.broker import SRC_DIR, BrokerProcess
 
 PYTHON_TOOL = [sys.executable, "-m", "shoal"]
+
+
+@pytest.fixture(scope="module")
+def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for every test of this module: none needs special settings or stops it, and
+    each uses its own topics and groups, so they stay independent of each other. The default
+    initial rebalance delay (3 s) would only slow down every first join of a group."""
+    b = BrokerProcess(tmp_path_factory.mktemp("console-tools") / "broker",
+                      overrides={"group.initial.rebalance.delay.ms": 0})
+    b.start()
+    try:
+        yield b
+    finally:
+        died = b.returncode is not None and not b.stopped_on_purpose
+        b.close()
+        if died:
+            print(f"\nshared broker died (exit {b.returncode})\n{b.log_tail(120)}", file=sys.stderr)
+
+
+@pytest.fixture
+def broker(shared_broker: BrokerProcess, request: pytest.FixtureRequest) -> Iterator[BrokerProcess]:
+    """The shared broker, checked alive before and after each test (as the per-test broker
+    fixture fails a test its broker died in); its log tail is shown when the test fails."""
+    assert shared_broker.is_running(), f"shared broker is down\n{shared_broker.log_tail()}"
+    yield shared_broker
+    failed = getattr(getattr(request.node, "rep_call", None), "failed", False)
+    if failed or not shared_broker.is_running():
+        print(f"\n{shared_broker!r}\n{shared_broker.log_tail(120)}", file=sys.stderr)
+    assert shared_broker.is_running(), f"the broker died during the test (exit {shared_broker.returncode})"
 
 
 def tool_env() -> dict[str, str]:
@@ -41,6 +71,29 @@ def produce(broker: BrokerProcess, topic: str, lines: str, *args: str) -> Run:
 
 def consume(broker: BrokerProcess, topic: str, *args: str) -> Run:
     return shoal("consume", "--bootstrap-server", broker.bootstrap, "--topic", topic, *args)
+
+
+def run_side_by_side(commands: Sequence[tuple[Sequence[str], str | None]]) -> list[Run]:
+    """Independent tool runs (`python -m shoal ARGS`, with that stdin text or none) started all
+    at once, then waited for: one Run each, in order, as `shoal`/`produce` would return it."""
+    procs = [
+        subprocess.Popen(
+            [*PYTHON_TOOL, *args], env=tool_env(), text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
+        )
+        for args, stdin in commands
+    ]
+    runs: list[Run] = []
+    try:
+        for proc, (_, stdin) in zip(procs, commands, strict=True):
+            out, err = proc.communicate(stdin, timeout=CLI_TIMEOUT)
+            runs.append(Run(proc.returncode, out, err))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return runs
 
 
 def create(broker: BrokerProcess, topic: str, partitions: int, *extra: str) -> None:
@@ -114,27 +167,30 @@ def test_consume_formats_and_positions(broker: BrokerProcess) -> None:
 
 
 def test_usage_errors_exit_2(broker: BrokerProcess) -> None:
+    def consume_args(*args: str) -> tuple[list[str], None]:
+        return ["consume", "--bootstrap-server", broker.bootstrap, "--topic", "any", *args], None
+
+    def produce_args(*args: str) -> tuple[list[str], str]:
+        return ["produce", "--bootstrap-server", broker.bootstrap, "--topic", "any", *args], "x\n"
+
+    # Each a separate run that stops at its usage error: they run side by side.
     cases = [
-        (("--offset", "3"), "The partition is required when offset is specified."),
-        (("--partition", "0", "--offset", "3", "--from-beginning"), "from-beginning and offset cannot"),
-        (("--group", "g", "--partition", "0"), "group and partition cannot be specified together"),
-        (("--isolation-level", "dirty"), "read_committed"),
-        (("--format", "%q"), "Unsupported formatter token %q"),
-        (("--property", "print.bogus=true"), "Unknown formatter properties: print.bogus"),
+        (consume_args("--offset", "3"), "The partition is required when offset is specified."),
+        (consume_args("--partition", "0", "--offset", "3", "--from-beginning"), "from-beginning and offset cannot"),
+        (consume_args("--group", "g", "--partition", "0"), "group and partition cannot be specified together"),
+        (consume_args("--isolation-level", "dirty"), "read_committed"),
+        (consume_args("--format", "%q"), "Unsupported formatter token %q"),
+        (consume_args("--property", "print.bogus=true"), "Unknown formatter properties: print.bogus"),
+        (produce_args("--acks", "1", "--idempotence"), "Must set acks to all"),
+        (produce_args("--compression", "brotli"), "Invalid value brotli for configuration compression.type"),
+        (produce_args("--producer-property", "buffer.memory=1"), "buffer.memory is not supported by this tool"),
+        (consume_args("--consumer-property", "auto.offset.reset=latest", "--from-beginning"),
+         "Can't simultaneously specify --from-beginning"),
+        (consume_args("--consumer-property", "group.id=a", "--group", "b"), "do not match"),
     ]
-    for args, message in cases:
-        run = consume(broker, "any", *args)
+    runs = run_side_by_side([command for command, _ in cases])
+    for ((args, _), message), run in zip(cases, runs, strict=True):
         assert run.rc == 2 and message in run.err, (args, run)
-    run = produce(broker, "any", "x\n", "--acks", "1", "--idempotence")
-    assert run.rc == 2 and "Must set acks to all" in run.err, run
-    run = produce(broker, "any", "x\n", "--compression", "brotli")
-    assert run.rc == 2 and "Invalid value brotli for configuration compression.type" in run.err, run
-    run = produce(broker, "any", "x\n", "--producer-property", "buffer.memory=1")
-    assert run.rc == 2 and "buffer.memory is not supported by this tool" in run.err, run
-    run = consume(broker, "any", "--consumer-property", "auto.offset.reset=latest", "--from-beginning")
-    assert run.rc == 2 and "Can't simultaneously specify --from-beginning" in run.err, run
-    run = consume(broker, "any", "--consumer-property", "group.id=a", "--group", "b")
-    assert run.rc == 2 and "do not match" in run.err, run
 
 
 def test_refused_records_are_reported_and_exit_1(broker: BrokerProcess) -> None:
@@ -174,7 +230,7 @@ def _wait_members(broker: BrokerProcess, group: str, n: int) -> None:
     deadline = time.monotonic() + 90
     while _members(broker, group) != n:
         assert time.monotonic() < deadline, f"group {group} never had {n} members"
-        time.sleep(0.5)
+        time.sleep(0.2)
 
 
 def test_group_members_share_partitions_and_ctrl_c_commits(broker: BrokerProcess) -> None:
@@ -198,11 +254,14 @@ def test_group_members_share_partitions_and_ctrl_c_commits(broker: BrokerProcess
     c.subscribe([topic])
     assert produce(broker, topic, "".join(f"b{i}\n" for i in range(300))).rc == 0
     got_confluent: list[bytes] = []
-    deadline = time.monotonic() + 10  # the group rebalances to two members and both consume
-    while time.monotonic() < deadline:
+    # The group rebalances to two members and both consume: until the confluent consumer has had
+    # records and then none for 2 s (its partitions drained), at most 10 s.
+    deadline, last_record = time.monotonic() + 10, 0.0
+    while time.monotonic() < deadline and not (got_confluent and time.monotonic() - last_record >= 2):
         m = c.poll(0.5)
         if m is not None and m.error() is None:
             got_confluent.append(m.value())
+            last_record = time.monotonic()
     second.send_signal(signal.SIGINT)
     out2, err2 = second.communicate(timeout=60)
     assert second.returncode == 0, err2
@@ -243,7 +302,7 @@ def test_group_member_picks_up_new_partitions(broker: BrokerProcess) -> None:
             rows = [line.split() for line in run.out.splitlines() if line.startswith(group + " ")]
             if sorted((r[2], r[3]) for r in rows) == [("0", "10"), ("1", "10"), ("2", "10")]:
                 break
-            time.sleep(1)
+            time.sleep(0.2)
     finally:
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)

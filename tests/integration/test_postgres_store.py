@@ -32,7 +32,9 @@ def _consume(bootstrap: str, topic: str, group: str, expected: int) -> list[tupl
 
 @pytest.mark.timeout(180)
 def test_broker_on_postgres_serves_clients_and_keeps_state(broker_factory: BrokerFactory, postgres_url: str) -> None:
-    broker = broker_factory("pg-broker", overrides={"metadata.store.url": postgres_url})
+    # Each group's first join would wait out the default initial rebalance delay (3 s).
+    broker = broker_factory("pg-broker", overrides={"metadata.store.url": postgres_url,
+                                                    "group.initial.rebalance.delay.ms": 0})
     create_diskless_topic(broker.bootstrap, "on-pg", partitions=3)
     p = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True})
     for i in range(300):

@@ -32,6 +32,8 @@ DISKLESS_TIERED_BROKER = {
     **TIERED_BROKER,
     "diskless.object.cleaner.interval.ms": 300,
     "diskless.object.delete.grace.ms": 500,
+    # Acknowledgements come at commits: producing each round waits on the commit interval (default 250 ms).
+    "diskless.append.commit.interval.ms": 50,
 }
 #: Small segments; the cache replica keeps only the last 40 kB (local retention), so reads of older
 #: offsets go to the tiered segments.

@@ -13,6 +13,7 @@ import os
 import random
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -113,6 +114,7 @@ class BrokerProcess:
         self.extra_env = dict(env or {})
         self.start_timeout = start_timeout
         self.proc: subprocess.Popen[bytes] | None = None
+        self._launched_at = 0.0
         self.starts = 0
         self.stopped_on_purpose = False
 
@@ -155,8 +157,9 @@ class BrokerProcess:
         env.update(self.extra_env)
         return env
 
-    def start(self, timeout: float | None = None) -> BrokerProcess:
-        """Start the process and wait until it listens; raise with the log tail if it can't."""
+    def launch(self) -> BrokerProcess:
+        """Write server.properties and start the process, without waiting for it to listen
+        (``wait_started``): several brokers can start side by side."""
         if self.is_running():
             raise BrokerError(f"{self!r} already running")
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -175,17 +178,28 @@ class BrokerProcess:
                 stderr=log,
                 start_new_session=True,  # a Ctrl-C on pytest must not hit the broker mid-test
             )
+        self._launched_at = time.monotonic()
+        return self
+
+    def wait_started(self, timeout: float | None = None) -> BrokerProcess:
+        """Wait until the launched process listens, at most `timeout` seconds from its launch
+        (default: `start_timeout`); kill it and raise with the log tail if it does not."""
+        if self.proc is None:
+            raise BrokerError(f"{self!r} was never launched")
+        limit = timeout if timeout is not None else self.start_timeout
+        # Counted from the launch, so brokers launched together share their start time; always
+        # at least a moment, so one that is ready by now is found ready.
+        remaining = max(0.5, limit - (time.monotonic() - self._launched_at))
         try:
-            wait_ready(
-                self.port,
-                timeout if timeout is not None else self.start_timeout,
-                proc=self.proc,
-                describe=self.log_tail,
-            )
+            wait_ready(self.port, remaining, proc=self.proc, describe=self.log_tail)
         except BrokerError:
             self.kill()
             raise
         return self
+
+    def start(self, timeout: float | None = None) -> BrokerProcess:
+        """Start the process and wait until it listens; raise with the log tail if it can't."""
+        return self.launch().wait_started(timeout)
 
     def is_running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -210,6 +224,14 @@ class BrokerProcess:
                     f"broker ignored SIGTERM for {timeout}s (killed)\n{self.log_tail()}"
                 ) from None
         return self.proc.returncode
+
+    def terminate(self) -> None:
+        """SIGTERM without waiting (``stop`` or ``close`` waits afterwards): several brokers then
+        shut down side by side. Never raises."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.stopped_on_purpose = True
+        self.proc.send_signal(signal.SIGTERM)  # a no-op if it has just exited
 
     def kill(self) -> int | None:
         """SIGKILL: a crash, nothing gets a chance to flush."""
@@ -265,8 +287,16 @@ class BrokerProcess:
         wal = self.objects_dir / "wal"
         if not wal.is_dir():
             return []
-        files = [p for p in wal.rglob("*") if p.is_file()]
-        return sorted(files, key=lambda p: (p.stat().st_mtime_ns, p.name))
+        # The object cleaner deletes objects while we look: one gone between listing and stat is skipped.
+        stamped: list[tuple[int, str, Path]] = []
+        for p in wal.rglob("*"):
+            try:
+                st = p.stat()
+            except FileNotFoundError:
+                continue
+            if stat.S_ISREG(st.st_mode):
+                stamped.append((st.st_mtime_ns, p.name, p))
+        return [p for _, _, p in sorted(stamped)]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -87,12 +87,28 @@ class Cluster:
         return ",".join(b.bootstrap for b in self.brokers)
 
     def start(self) -> Cluster:
-        for b in self.brokers:
-            b.start()
+        """Broker 1 first: it creates the store's tables and, before it listens, takes the
+        controller lease (so it is the first controller, as tests expect) and is unfenced. The
+        others then start side by side; the controller unfences each as it registers. If one
+        fails to start, every broker is stopped before the error is raised."""
+        first, *others = self.brokers
+        try:
+            first.start()
+            for b in others:
+                b.launch()
+            for b in others:
+                b.wait_started()
+        except BaseException:
+            self.close()
+            raise
         self.wait_for(lambda md: len(md.brokers) == len(self.brokers), "every broker in Metadata")
         return self
 
     def close(self) -> None:
+        """SIGTERM every broker first, so they shut down side by side, then wait for each (as
+        ``BrokerProcess.close``: never raises, SIGKILL for one that does not stop in time)."""
+        for b in self.brokers:
+            b.terminate()
         for b in self.brokers:
             b.close()
 
