@@ -120,6 +120,9 @@ class Appender:
         self._closed = False
         self._metrics = metrics
         self._early_check: asyncio.Handle | asyncio.TimerHandle | None = None
+        #: The pending check runs this tick (``call_soon``), not later (uvloop's handles are not
+        #: asyncio's classes, so this is tracked rather than told from the handle's type).
+        self._early_check_soon = False
 
     def start(self) -> None:
         self._committer = asyncio.create_task(self._commit_loop(), name="diskless-committer")
@@ -157,18 +160,20 @@ class Appender:
         loop = asyncio.get_running_loop()
         if self._timer is None:
             self._timer = loop.call_later(self._interval, self._close_active)
-        if self._early_check is None or isinstance(self._early_check, asyncio.TimerHandle):
+        if not self._early_check_soon:
             # Check again (its producers may be at their limit now), after the caller's other
             # batches of this request (same tick) are in too.
             if self._early_check is not None:
                 self._early_check.cancel()
             self._early_check = loop.call_soon(self._maybe_close_early)
+            self._early_check_soon = True
         return future
 
     def _maybe_close_early(self) -> None:
         """Close the active segment now if it may close early (module docstring), or check again
         when it may."""
         self._early_check = None
+        self._early_check_soon = False
         segment = self._active
         if not segment.entries:
             return
@@ -188,6 +193,7 @@ class Appender:
         if self._early_check is not None:
             self._early_check.cancel()
             self._early_check = None
+        self._early_check_soon = False
         segment = self._active
         if not segment.entries:
             return
