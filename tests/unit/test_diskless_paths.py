@@ -129,6 +129,22 @@ class TimedUploads(MemoryObjectStorage):
         await super().upload(key, data)
 
 
+class GatedUploads(MemoryObjectStorage):
+    """Uploads wait for ``gate``; ``waiting`` lists the keys that started."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.started = asyncio.Event()
+        self.waiting: list[str] = []
+
+    async def upload(self, key: str, data: bytes | memoryview) -> None:
+        self.waiting.append(key)
+        self.started.set()
+        await self.gate.wait()
+        await super().upload(key, data)
+
+
 class SlowFirstUpload(MemoryObjectStorage):
     """The first object's upload takes longer than the later ones."""
 
@@ -197,20 +213,45 @@ async def test_batches_of_several_partitions_in_one_interval_share_one_object(co
 
 
 async def test_full_buffer_closes_the_segment_before_the_interval(coordinator) -> None:
-    storage = MemoryObjectStorage()
+    storage = GatedUploads()
     size = len(make_batch(b"x" * 100))
-    appender = new_appender(storage, coordinator, interval_ms=60_000, max_bytes=2 * size)
-    first = produce(appender, 0, b"x" * 100)
-    assert not first.done()
-    second = produce(appender, 1, b"x" * 100)  # 1 + 2 * size >= max_bytes: closes now
-    third = produce(appender, 0, b"x" * 100)  # starts the next segment
-    await wait_for(asyncio.gather(first, second))
-    assert len(await storage.list()) == 1
-    await asyncio.sleep(0.05)
-    assert not third.done()  # waits for its own interval (or the close below)
-    await appender.close()
-    assert third.result().assigned_base_offset == 1
+    appender = new_appender(storage, coordinator, interval_ms=60_000, max_bytes=4 * size)
+    holder = produce(appender, 0, b"x" * 100)  # a group close: this segment is in flight ...
+    await storage.started.wait()
+    first = produce(appender, 0, b"x" * 100)  # ... so these only close on size
+    second = produce(appender, 1, b"x" * 100)
+    third = produce(appender, 1, b"x" * 100)
+    assert len(storage.waiting) == 1
+    fourth = produce(appender, 0, b"x" * 100)  # 1 + 4 * size >= max_bytes: closes now
+    fifth = produce(appender, 0, b"x")  # starts the next segment, smaller than max_bytes / 4
+    await asyncio.sleep(0.01)  # the upload task starts
+    assert len(storage.waiting) == 2
+    storage.gate.set()
+    await wait_for(asyncio.gather(holder, first, second, third, fourth))
     assert len(await storage.list()) == 2
+    await asyncio.sleep(0.05)
+    assert not fifth.done()  # holds less than max_bytes / 4 and the pipeline is idle: it waits
+    await appender.close()
+    assert fifth.result().assigned_base_offset == 3
+    assert len(await storage.list()) == 3
+
+
+async def test_a_group_close_when_no_segment_is_in_flight(coordinator) -> None:
+    """With nothing uploading or committing, a segment of buffer.max.bytes / 4 closes at once; one
+    that reaches that size while another is in flight closes when that one commits."""
+    storage = GatedUploads()
+    size = len(make_batch(b"x" * 100))
+    appender = new_appender(storage, coordinator, interval_ms=60_000, max_bytes=4 * size)
+    first = produce(appender, 0, b"x" * 100)
+    await storage.started.wait()  # closed at once: not the 60 s interval
+    second = produce(appender, 1, b"x" * 100)
+    await asyncio.sleep(0.05)
+    assert len(storage.waiting) == 1  # the second waits while the first is in flight
+    storage.gate.set()
+    await wait_for(asyncio.gather(first, second))  # ... and closes once the first commits
+    assert len(await storage.list()) == 2
+    assert first.result().assigned_base_offset == 0 and second.result().assigned_base_offset == 0
+    await appender.close()
 
 
 class FakePipeline:

@@ -22,9 +22,17 @@ previous close and either
 - no batch has joined it for ``commit interval / QUIET_FRACTION``: its producers are waiting
   for it, or have nothing to send.
 
+Group close: while no segment is uploading or committing, a segment holding at least
+``diskless.append.buffer.max.bytes / GROUP_CLOSE_FRACTION`` closes at once, and when the last
+upload in flight commits, the open segment closes if it holds that much. A fast producer's
+window (librdkafka: 5 requests of up to 1 MB) then spreads over two segments, one uploading while
+the next fills, instead of all of it waiting on one segment in lockstep (measured: one idempotent
+producer, 6 partitions, local storage, 77-105 -> 135-155 MB/s).
+
 So a broker writes at most ``EARLY_CLOSE_FRACTION / commit interval`` objects a second (20/s at
-the 250 ms default) plus the size-triggered ones (``diskless.append.buffer.max.bytes``), and a
-steady stream of batches that never pauses for the quiet time gets one object per interval.
+the 250 ms default) plus one per ``buffer.max.bytes / GROUP_CLOSE_FRACTION`` bytes written (1 MiB
+at the 4 MiB default: group and size-triggered closes), and a steady stream of batches that never
+pauses for the quiet time gets one object per interval.
 """
 
 from __future__ import annotations
@@ -59,6 +67,8 @@ MAX_INFLIGHT_SEGMENTS = 4
 EARLY_CLOSE_FRACTION = 5
 #: A segment no batch joined for this fraction of the commit interval may close early.
 QUIET_FRACTION = 10
+#: With no segment in flight, a segment of this fraction of ``buffer.max.bytes`` closes at once.
+GROUP_CLOSE_FRACTION = 4
 
 
 @dataclass(slots=True)
@@ -110,6 +120,7 @@ class Appender:
         self._broker_id = broker_id
         self._interval = commit_interval_ms / 1000
         self._max_bytes = buffer_max_bytes
+        self._group_close_bytes = buffer_max_bytes // GROUP_CLOSE_FRACTION
         self._cache = cache
         self._on_committed = on_committed
         self._active = _Segment()
@@ -123,6 +134,8 @@ class Appender:
         #: The pending check runs this tick (``call_soon``), not later (uvloop's handles are not
         #: asyncio's classes, so this is tracked rather than told from the handle's type).
         self._early_check_soon = False
+        #: Segments closed and not yet committed (or failed).
+        self._in_flight = 0
 
     def start(self) -> None:
         self._committer = asyncio.create_task(self._commit_loop(), name="diskless-committer")
@@ -154,7 +167,7 @@ class Appender:
                 segment.open_ended = True
             else:
                 segment.sources[id(pipeline)] = pipeline
-        if segment.size >= self._max_bytes:
+        if segment.size >= self._max_bytes or (self._in_flight == 0 and segment.size >= self._group_close_bytes):
             self._close_active()
             return future
         loop = asyncio.get_running_loop()
@@ -198,6 +211,7 @@ class Appender:
         if not segment.entries:
             return
         self._active = _Segment()
+        self._in_flight += 1
         key = new_wal_key()
         upload = asyncio.create_task(self._upload(segment, key), name=f"upload {key}")
         self._commit_queue.put_nowait((segment, key, upload))
@@ -228,6 +242,9 @@ class Appender:
                 self._fail(segment, KafkaError(ErrorCode.kafka_storage_error, f"object storage upload failed: {exc}"))
             else:
                 await self._commit(segment, key)
+            self._in_flight -= 1
+            if self._in_flight == 0 and self._active.size >= self._group_close_bytes:
+                self._close_active()  # a group close (module docstring)
 
     async def _commit(self, segment: _Segment, key: str) -> None:
         requests = []
