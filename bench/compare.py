@@ -448,7 +448,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--producers",
         default="1",
-        help="comma-separated producer counts of the fixed-rate phase, one run each (e.g. 1,50,100)",
+        help="comma-separated producer counts of the fixed-rate phase, one run each (e.g. 1,50,100); "
+        "empty: no fixed-rate phase",
     )
     p.add_argument("--rate", type=float, default=5000.0, help="records/s offered by all producers together")
     p.add_argument("--fixed-rate-duration", type=float, default=15.0, help="seconds of each fixed-rate run")
@@ -495,7 +496,7 @@ def check_args(args: argparse.Namespace) -> list[int]:
         counts = [int(x) for x in args.producers.split(",") if x.strip()]
     except ValueError:
         raise SystemExit(f"--producers expects comma-separated counts, got {args.producers!r}") from None
-    if not counts or min(counts) < 1:
+    if min(counts, default=1) < 1:
         raise SystemExit("--producers: every count must be >= 1")
     for name in ("rounds", "records", "saturation_producers", "consumers", "record_size", "partitions"):
         if getattr(args, name) < 1:

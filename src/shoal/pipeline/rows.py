@@ -14,12 +14,16 @@ consumer through the broker gives), ``ColumnBuffer`` from stored batches, whose 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from shoal.pipeline.stored_batches import StoredBatch
 from shoal.records._columns import RecordColumns
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
 
 __all__ = ["BASE_DDL", "HEADERS_DDL", "ColumnBuffer", "RowBuffer", "arrow_schema", "schema_ddl"]
 
@@ -127,7 +131,7 @@ class RowBuffer:
         yield pa.RecordBatch.from_arrays(columns, schema=self._schema)
 
 
-def _binary(kind: pa.DataType, rows: int, parts: tuple[bytes | None, bytes, bytes, int]) -> pa.Array:
+def _binary(kind: pa.DataType, rows: int, parts: tuple[Buffer | None, Buffer, Buffer, int]) -> pa.Array:
     validity, offsets, data, nulls = parts
     return pa.Array.from_buffers(
         kind,

@@ -134,10 +134,54 @@ binary_add(binary_t *c, const uint8_t *p, Py_ssize_t n)
     return buf_i32(&c->offsets, (int32_t)c->data.len);
 }
 
-static PyObject *
-bytes_of(buf_t *b)
+/* ---- Taken: a buffer handed over to Python without a copy ---------------------------------- */
+
+/* take() hands each column's memory to a Taken object (read-only buffer protocol; Arrow wraps it
+ * with pa.py_buffer) instead of copying it into bytes: a task's values are copied once, from the
+ * records into the column, not twice. */
+typedef struct {
+    PyObject_HEAD
+    char *data;
+    Py_ssize_t len;
+} Taken;
+
+static int
+Taken_getbuffer(Taken *self, Py_buffer *view, int flags)
 {
-    return PyBytes_FromStringAndSize(b->data ? b->data : "", b->len);
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->data ? self->data : "", self->len, 1, flags);
+}
+
+static void
+Taken_dealloc(Taken *self)
+{
+    PyMem_Free(self->data);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyBufferProcs Taken_as_buffer = {(getbufferproc)Taken_getbuffer, NULL};
+
+static PyTypeObject TakenType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "shoal.records._columns.Taken",
+    .tp_basicsize = sizeof(Taken),
+    .tp_dealloc = (destructor)Taken_dealloc,
+    .tp_as_buffer = &Taken_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Memory of one taken column buffer (read-only buffer protocol).",
+};
+
+/* The buffer's memory as a Taken object; the buffer is left empty. */
+static PyObject *
+taken_of(buf_t *b)
+{
+    Taken *t = PyObject_New(Taken, &TakenType);
+    if (t == NULL)
+        return NULL;
+    t->data = b->data;
+    t->len = b->len;
+    b->data = NULL;
+    b->len = b->cap = 0;
+    return (PyObject *)t;
 }
 
 /* (validity or None, offsets, data, null count) */
@@ -146,13 +190,13 @@ binary_take(binary_t *c)
 {
     PyObject *validity;
     if (c->nulls) {
-        validity = bytes_of(&c->validity);
+        validity = taken_of(&c->validity);
         if (validity == NULL)
             return NULL;
     } else {
         validity = Py_NewRef(Py_None);
     }
-    return Py_BuildValue("(NNNn)", validity, bytes_of(&c->offsets), bytes_of(&c->data), c->nulls);
+    return Py_BuildValue("(NNNn)", validity, taken_of(&c->offsets), taken_of(&c->data), c->nulls);
 }
 
 /* ---- varints ------------------------------------------------------------------------------- */
@@ -355,25 +399,26 @@ PyDoc_STRVAR(Columns_take_doc,
 "The rows held as Arrow buffers, and start over: a dict with ``rows``, ``offsets``,\n"
 "``timestamps`` (int64 us), ``ts_types`` (int32), ``keys`` and ``values`` as (validity or\n"
 "None, int32 offsets, data, null count), and with headers ``headers`` as (list validity or\n"
-"None, int32 list offsets, null count, entries, header keys, header values).");
+"None, int32 list offsets, null count, entries, header keys, header values). Each buffer is\n"
+"the column's own memory, handed over without a copy (a read-only buffer object).");
 
 static PyObject *
 Columns_take(Columns *self, PyObject *Py_UNUSED(ignored))
 {
     PyObject *headers = Py_NewRef(Py_None);
     if (self->with_headers) {
-        PyObject *validity = self->hdr_nulls ? bytes_of(&self->hdr_validity) : Py_NewRef(Py_None);
+        PyObject *validity = self->hdr_nulls ? taken_of(&self->hdr_validity) : Py_NewRef(Py_None);
         if (validity == NULL)
             goto fail;
         Py_DECREF(headers);
-        headers = Py_BuildValue("(NNnnNN)", validity, bytes_of(&self->hdr_offsets), self->hdr_nulls,
+        headers = Py_BuildValue("(NNnnNN)", validity, taken_of(&self->hdr_offsets), self->hdr_nulls,
                                 self->hdr_entries, binary_take(&self->hkeys), binary_take(&self->hvalues));
         if (headers == NULL)
             goto fail;
     }
     PyObject *out = Py_BuildValue(
-        "{s:n,s:N,s:N,s:N,s:N,s:N,s:N}", "rows", self->rows, "offsets", bytes_of(&self->offsets),
-        "timestamps", bytes_of(&self->timestamps), "ts_types", bytes_of(&self->ts_types), "keys",
+        "{s:n,s:N,s:N,s:N,s:N,s:N,s:N}", "rows", self->rows, "offsets", taken_of(&self->offsets),
+        "timestamps", taken_of(&self->timestamps), "ts_types", taken_of(&self->ts_types), "keys",
         binary_take(&self->keys), "values", binary_take(&self->values), "headers", headers);
     if (out == NULL || columns_reset(self) < 0) {
         Py_XDECREF(out);
@@ -429,7 +474,7 @@ static struct PyModuleDef columns_module = {
 PyMODINIT_FUNC
 PyInit__columns(void)
 {
-    if (PyType_Ready(&ColumnsType) < 0)
+    if (PyType_Ready(&ColumnsType) < 0 || PyType_Ready(&TakenType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&columns_module);
     if (m == NULL)
