@@ -69,6 +69,9 @@ EARLY_CLOSE_FRACTION = 5
 QUIET_FRACTION = 10
 #: With no segment in flight, a segment of this fraction of ``buffer.max.bytes`` closes at once.
 GROUP_CLOSE_FRACTION = 4
+#: Segments of at least this many bytes are laid out on a worker thread: CPython copies a large
+#: ``bytes.join`` without the GIL, so the event loop goes on serving requests meanwhile.
+BUILD_OFF_LOOP_BYTES = 1 << 20
 
 
 @dataclass(slots=True)
@@ -218,7 +221,11 @@ class Appender:
 
     async def _upload(self, segment: _Segment, key: str) -> None:
         async with self._slots:
-            data, placed = build_segment([(e.partition, e.data) for e in segment.entries])
+            parts = [(e.partition, e.data) for e in segment.entries]
+            if segment.size >= BUILD_OFF_LOOP_BYTES:
+                data, placed = await self._run_blocking(build_segment, parts)
+            else:
+                data, placed = build_segment(parts)
             # Reorder entries to their place in the object so commit requests follow the layout.
             segment.entries = [segment.entries[p.index] for p in placed]
             started = time.monotonic()
