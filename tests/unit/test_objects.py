@@ -263,6 +263,30 @@ async def test_local_uses_subdirectories_and_hides_temp_files(tmp_path: Path) ->
     assert sorted(p.name for p in (tmp_path / "wal").iterdir()) == [f"{TEMP_PREFIX}crashed", "abc"]
 
 
+async def test_opening_the_local_store_removes_temp_files_of_dead_writers(tmp_path: Path) -> None:
+    """A process killed mid-upload leaves its temp file; the next open deletes it, and only it:
+    uploads of live processes (this one) and of other hosts stay."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(done.stdout)
+    live_prefix = local_module._temp_prefix()
+    host = local_module._HOST
+    (tmp_path / "wal").mkdir()
+    dead = tmp_path / "wal" / f"{TEMP_PREFIX}{host}-{dead_pid}-abc123"
+    live = tmp_path / "wal" / f"{live_prefix}def456"
+    elsewhere = tmp_path / f"{TEMP_PREFIX}otherhost-{dead_pid}-ghi789"
+    unnamed = tmp_path / f"{TEMP_PREFIX}crashed"
+    for f in (dead, live, elsewhere, unnamed):
+        f.write_bytes(b"partial")
+    LocalObjectStorage(tmp_path)
+    deadline = time.monotonic() + 10
+    while dead.exists() and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    assert not dead.exists()
+    assert live.exists() and elsewhere.exists() and unnamed.exists()
+
+
 async def test_local_upload_is_write_then_rename(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The target never exists before the fully written, fsynced temp file is renamed onto it."""
     storage = LocalObjectStorage(tmp_path)

@@ -7,6 +7,11 @@ half-written and survives a crash once ``upload`` returns. Temp files carry a
 reserved name prefix and are never listed or fetched. ``upload_file`` does the
 same, copying the source into the temp file ``COPY_CHUNK`` bytes at a time.
 
+A temp file names its writer (``.shoal-tmp-<host>-<pid>-...``): a process killed mid-upload
+leaves one behind, and opening the store removes, on a background thread, those whose writer
+ran on this host and is gone (S3 keeps nothing of an interrupted PUT either). Other brokers'
+uploads in progress are left alone.
+
 All blocking I/O runs in worker threads (``asyncio.to_thread``) so the event
 loop keeps serving other requests. A cancelled upload may still complete in
 its thread; callers already treat an unacknowledged upload as possible garbage.
@@ -22,8 +27,12 @@ import asyncio
 import builtins
 import contextlib
 import io
+import logging
 import os
+import re
+import socket
 import tempfile
+import threading
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,6 +51,31 @@ __all__ = ["COPY_CHUNK", "TEMP_PREFIX", "LocalObjectStorage"]
 
 TEMP_PREFIX = ".shoal-tmp-"
 """File names starting with this are in-progress uploads, never objects."""
+
+log = logging.getLogger(__name__)
+
+_HOST = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
+#: ``<TEMP_PREFIX><host>-<pid>-<mkstemp's random part, no dashes>``
+_TEMP_NAME = re.compile(re.escape(TEMP_PREFIX) + r"(?P<host>.+)-(?P<pid>\d+)-[^-]+$")
+
+
+def _temp_prefix() -> str:
+    """This process's temp file prefix (the pid is read per call: a forked child has its own)."""
+    return f"{TEMP_PREFIX}{_HOST}-{os.getpid()}-"
+
+
+def _writer_gone(name: str) -> bool:
+    """Whether ``name`` is a temp file whose writer ran on this host and no longer exists."""
+    match = _TEMP_NAME.match(name)
+    if match is None or match["host"] != _HOST:
+        return False
+    try:
+        os.kill(int(match["pid"]), 0)
+    except ProcessLookupError:
+        return True
+    except (PermissionError, OverflowError, ValueError):
+        return False  # alive under another user, or not a pid
+    return False
 
 COPY_CHUNK = 1 << 20
 """Bytes ``upload_file`` reads and writes at a time: its whole memory footprint per call."""
@@ -78,6 +112,19 @@ class LocalObjectStorage:
     def __init__(self, root: Path | str) -> None:
         self._root = Path(root).absolute()
         self._closed = False
+        threading.Thread(target=self._remove_abandoned_uploads, name="local-store-sweep", daemon=True).start()
+
+    def _remove_abandoned_uploads(self) -> None:
+        """Delete the temp files of uploads whose process died (module docstring)."""
+        removed = 0
+        for dirpath, _dirs, filenames in os.walk(self._root):
+            for name in filenames:
+                if name.startswith(TEMP_PREFIX) and _writer_gone(name):
+                    with contextlib.suppress(OSError):
+                        os.unlink(os.path.join(dirpath, name))
+                        removed += 1
+        if removed:
+            log.info("removed %d temp files of uploads interrupted by a crash under %s", removed, self._root)
 
     @property
     def root(self) -> Path:
@@ -151,7 +198,7 @@ class LocalObjectStorage:
         """Make ``path`` hold what ``write`` writes to a file object, or stay as it was."""
         directory = path.parent
         created = self._make_dirs(directory)
-        fd, tmp_name = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=directory)
+        fd, tmp_name = tempfile.mkstemp(prefix=_temp_prefix(), dir=directory)
         try:
             with os.fdopen(fd, "wb") as f:
                 write(f)
