@@ -263,9 +263,10 @@ async def test_local_uses_subdirectories_and_hides_temp_files(tmp_path: Path) ->
     assert sorted(p.name for p in (tmp_path / "wal").iterdir()) == [f"{TEMP_PREFIX}crashed", "abc"]
 
 
-async def test_opening_the_local_store_removes_temp_files_of_dead_writers(tmp_path: Path) -> None:
-    """A process killed mid-upload leaves its temp file; the next open deletes it, and only it:
-    uploads of live processes (this one) and of other hosts stay."""
+async def test_a_local_store_removes_temp_files_of_dead_writers_at_its_first_upload(tmp_path: Path) -> None:
+    """A process killed mid-upload leaves its temp file; the next process's first upload deletes
+    it, and only it: uploads of live processes (this one) and of other hosts stay. Opening the
+    store alone (a reader) walks nothing."""
     import subprocess
 
     done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
@@ -279,7 +280,10 @@ async def test_opening_the_local_store_removes_temp_files_of_dead_writers(tmp_pa
     unnamed = tmp_path / f"{TEMP_PREFIX}crashed"
     for f in (dead, live, elsewhere, unnamed):
         f.write_bytes(b"partial")
-    LocalObjectStorage(tmp_path)
+    storage = LocalObjectStorage(tmp_path)
+    await asyncio.sleep(0.2)
+    assert dead.exists()  # not at open
+    await storage.upload("wal/first", b"x")
     deadline = time.monotonic() + 10
     while dead.exists() and time.monotonic() < deadline:
         await asyncio.sleep(0.02)

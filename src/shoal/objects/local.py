@@ -8,9 +8,10 @@ reserved name prefix and are never listed or fetched. ``upload_file`` does the
 same, copying the source into the temp file ``COPY_CHUNK`` bytes at a time.
 
 A temp file names its writer (``.shoal-tmp-<host>-<pid>-...``): a process killed mid-upload
-leaves one behind, and opening the store removes, on a background thread, those whose writer
-ran on this host and is gone (S3 keeps nothing of an interrupted PUT either). Other brokers'
-uploads in progress are left alone.
+leaves one behind, and the first upload of a store instance starts a background sweep that
+removes those whose writer ran on this host and is gone (S3 keeps nothing of an interrupted PUT
+either). Other brokers' uploads in progress are left alone, and read-only users (Spark tasks,
+tools) never walk the tree.
 
 All blocking I/O runs in worker threads (``asyncio.to_thread``) so the event
 loop keeps serving other requests. A cancelled upload may still complete in
@@ -112,7 +113,13 @@ class LocalObjectStorage:
     def __init__(self, root: Path | str) -> None:
         self._root = Path(root).absolute()
         self._closed = False
-        threading.Thread(target=self._remove_abandoned_uploads, name="local-store-sweep", daemon=True).start()
+        self._swept = False
+
+    def _sweep_once(self) -> None:
+        """Start the sweep of abandoned temp files at this instance's first upload."""
+        if not self._swept:
+            self._swept = True
+            threading.Thread(target=self._remove_abandoned_uploads, name="local-store-sweep", daemon=True).start()
 
     def _remove_abandoned_uploads(self) -> None:
         """Delete the temp files of uploads whose process died (module docstring)."""
@@ -152,6 +159,7 @@ class LocalObjectStorage:
         """Write atomically and durably (temp file, fsync, rename, fsync dir)."""
         path = self._path(key)
         self._check_open()
+        self._sweep_once()
         try:
             await asyncio.to_thread(self._write_atomically, path, lambda f: _write_chunks(f, data))
         except OSError as e:
@@ -165,6 +173,7 @@ class LocalObjectStorage:
         """
         target = self._path(key)
         self._check_open()
+        self._sweep_once()
         await asyncio.to_thread(self._upload_file_sync, key, target, path)
 
     def _upload_file_sync(self, key: str, target: Path, source: str | os.PathLike[str]) -> None:
