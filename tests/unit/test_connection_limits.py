@@ -12,6 +12,7 @@ import pytest
 
 from shoal.server.connection import PRODUCE_PIPELINE_DEPTH, ConnectionSettings, serve_connection
 from shoal.server.dispatch import CloseConnection
+from shoal.server.frames import FrameConnection, start_frame_server
 from shoal.server.limits import ConnectionQuotas, RequestBudget, connection_overrides
 
 
@@ -36,6 +37,7 @@ class Server:
         self._server: asyncio.Server | None = None
 
     async def handle(self, frame: memoryview, peer: str) -> bytes:
+        assert frame.readonly  # as a view of bytes: some codecs refuse writable buffers
         (correlation_id,) = struct.unpack_from(">i", frame, 4)
         self.started.append(correlation_id)
         self.running += 1
@@ -48,10 +50,10 @@ class Server:
         return struct.pack(">i", len(body)) + body
 
     async def __aenter__(self) -> Server:
-        async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await serve_connection(reader, writer, self.handle, self.settings, self.budget)
+        async def on_connection(conn: FrameConnection) -> None:
+            await serve_connection(conn, self.handle, self.settings, self.budget)
 
-        self._server = await asyncio.start_server(on_connection, "127.0.0.1", 0)
+        self._server = await start_frame_server(on_connection, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 

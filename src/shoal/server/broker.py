@@ -36,6 +36,7 @@ from shoal.protocol.errors import ErrorCode
 from shoal.server.connection import ConnectionSettings, serve_connection
 from shoal.server.context import ServerContext
 from shoal.server.dispatch import dispatch
+from shoal.server.frames import FrameConnection, start_frame_server
 from shoal.server.limits import ConnectionQuotas, RequestBudget, connection_overrides
 from shoal.server.memory import trim_periodically, tune_allocator
 from shoal.server.txn_marker_channel import TxnMarkerChannel
@@ -115,9 +116,8 @@ class Broker:
 
         # Bind before registering: holding the port proves that an earlier incarnation registered
         # at this endpoint is gone, so a broker restarted after a crash takes its node id back at once.
-        self._server = await asyncio.start_server(
-            self._on_connection, host=listen.host or None, port=listen.port, reuse_address=True, limit=1 << 20,
-            start_serving=False,
+        self._server = await start_frame_server(
+            self._on_connection, listen.host or None, listen.port, reuse_address=True, start_serving=False
         )
         heartbeat_ms, session_ms = config["broker.heartbeat.interval.ms"], config["broker.session.timeout.ms"]
         self._membership = membership = BrokerMembership(
@@ -292,26 +292,25 @@ class Broker:
                 await self._transactions.set_ownership(self._owns_partition(image), image.offset)
             self._alive = alive  # only once loaded: a failed load is tried again at the next tail
 
-    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _on_connection(self, conn: FrameConnection) -> None:
         ctx = self.ctx
         assert ctx is not None  # the listener serves only once the context is built
-        ip = str((writer.get_extra_info("peername") or ("?",))[0])
+        ip = str((conn.get_extra_info("peername") or ("?",))[0])
         refused = self._quotas.admit(ip)
         if refused is not None:
             log.info("closing connection from %s: %s", ip, refused)
-            writer.transport.abort()
+            if conn.transport is not None:
+                conn.transport.abort()
             return
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
         try:
-            await serve_connection(
-                reader, writer, lambda frame, peer: dispatch(ctx, frame, peer), self._settings, self._budget
-            )
+            await serve_connection(conn, lambda frame, peer: dispatch(ctx, frame, peer), self._settings, self._budget)
         except asyncio.CancelledError:
-            # Shutdown cancels connections still open after the drain: end quietly (asyncio's
-            # stream callback would log a cancelled connection task as an error).
-            writer.transport.abort()
+            # Shutdown cancels connections still open after the drain: end quietly.
+            if conn.transport is not None:
+                conn.transport.abort()
         finally:
             self._connections.discard(task)
             self._quotas.release(ip)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from shoal.protocol.produce_pipeline import PRODUCE_PIPELINE_DEPTH, current_pipeline
 from shoal.server.dispatch import CloseConnection
+from shoal.server.frames import FrameConnection
 from shoal.server.limits import RequestBudget
 
 log = logging.getLogger(__name__)
@@ -68,22 +69,21 @@ class _InFlight:
 
 
 async def serve_connection(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
+    conn: FrameConnection,
     handle: Handler,
     settings: ConnectionSettings,
     budget: RequestBudget,
 ) -> None:
-    peer = "{}:{}".format(*(writer.get_extra_info("peername") or ("?", "?"))[:2])
+    peer = "{}:{}".format(*(conn.get_extra_info("peername") or ("?", "?"))[:2])
     inflight = _InFlight()
     current_pipeline.set(inflight)  # every handler task below inherits it (diskless early closes)
     responses: asyncio.Queue[tuple[asyncio.Task[bytes | None], int] | None] = asyncio.Queue()
     last_active = [time.monotonic()]
-    sender = asyncio.create_task(_send_responses(responses, writer, inflight, budget, last_active))
+    sender = asyncio.create_task(_send_responses(responses, conn, inflight, budget, last_active))
     # However the sender ends (a request that closes the connection, a client gone), the reader
     # may be waiting for room in the pipeline: wake it so it sees the end and cleans up.
     sender.add_done_callback(lambda _: inflight.changed.set())
-    idle = asyncio.create_task(_close_when_idle(settings.idle_s, last_active, inflight, peer, writer))
+    idle = asyncio.create_task(_close_when_idle(settings.idle_s, last_active, inflight, peer, conn))
     try:
         while not sender.done():
             # Muted while a request that may not be pipelined is in flight, or the client has not
@@ -92,9 +92,9 @@ async def serve_connection(
             if sender.done():
                 break
             with contextlib.suppress(ConnectionError):
-                await writer.drain()
+                await conn.drain()
             try:
-                size = _SIZE.unpack(await reader.readexactly(4))[0]
+                size = _SIZE.unpack(await conn.readexactly(4))[0]
             except (asyncio.IncompleteReadError, ConnectionError):
                 break
             last_active[0] = time.monotonic()
@@ -106,7 +106,7 @@ async def serve_connection(
                 break
             await budget.acquire(size)
             try:
-                frame = await reader.readexactly(size)
+                frame = await conn.readexactly(size)
             except (asyncio.IncompleteReadError, ConnectionError):
                 budget.release(size)
                 break
@@ -118,7 +118,8 @@ async def serve_connection(
                 if sender.done():
                     budget.release(size)
                     break
-            task = asyncio.ensure_future(handle(memoryview(frame), peer))
+            # Read-only as a view of bytes was: some decoders (compression codecs) insist on it.
+            task = asyncio.ensure_future(handle(memoryview(frame).toreadonly(), peer))
             inflight.items.append((task, size, produce))
             responses.put_nowait((task, size))
     finally:
@@ -132,15 +133,15 @@ async def serve_connection(
         except Exception:
             log.debug("response writer for %s ended with an error", peer, exc_info=True)
         _cancel_unanswered(inflight, budget)
-        writer.close()
+        conn.close()
         # A connection cancelled at shutdown has nothing left to wait for.
         with contextlib.suppress(Exception, asyncio.CancelledError):
-            await writer.wait_closed()
+            await conn.wait_closed()
 
 
 async def _send_responses(
     responses: asyncio.Queue[tuple[asyncio.Task[bytes | None], int] | None],
-    writer: asyncio.StreamWriter,
+    conn: FrameConnection,
     inflight: _InFlight,
     budget: RequestBudget,
     last_active: list[float],
@@ -154,21 +155,21 @@ async def _send_responses(
         try:
             response = await task
         except CloseConnection:
-            if writer.transport is not None:
-                writer.transport.abort()
+            if conn.transport is not None:
+                conn.transport.abort()
             return
         if response is not None:
             try:
-                writer.write(response)
+                conn.write(response)
             except (ConnectionError, RuntimeError):  # RuntimeError: transport already closed
                 return
             last_active[0] = time.monotonic()
         inflight.items.popleft()
         budget.release(size)
         inflight.changed.set()
-        if writer.transport is not None and writer.transport.get_write_buffer_size() > 0:
+        if conn.transport is not None and conn.transport.get_write_buffer_size() > 0:
             try:
-                await writer.drain()  # the client is slow to read: wait before answering more
+                await conn.drain()  # the client is slow to read: wait before answering more
             except (ConnectionError, RuntimeError):
                 return
             last_active[0] = time.monotonic()
@@ -182,7 +183,7 @@ def _cancel_unanswered(inflight: _InFlight, budget: RequestBudget) -> None:
 
 
 async def _close_when_idle(
-    idle_s: float, last_active: list[float], inflight: _InFlight, peer: str, writer: asyncio.StreamWriter
+    idle_s: float, last_active: list[float], inflight: _InFlight, peer: str, conn: FrameConnection
 ) -> None:
     """Close the connection after ``connections.max.idle.ms`` without a request or a response."""
     if idle_s <= 0:
@@ -192,6 +193,6 @@ async def _close_when_idle(
         if not inflight.items and time.monotonic() - last_active[0] >= idle_s:
             log.info("closing connection from %s: idle for more than %d ms (connections.max.idle.ms)",
                      peer, int(idle_s * 1000))
-            if writer.transport is not None:
-                writer.transport.abort()
+            if conn.transport is not None:
+                conn.transport.abort()
             return
