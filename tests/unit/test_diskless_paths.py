@@ -23,9 +23,10 @@ from shoal.coordinator.api import (
 from shoal.diskless.append import Appender
 from shoal.diskless.cache import RangeCache
 from shoal.diskless.read import DisklessReader
+from shoal.objects.local import LocalObjectStorage
 from shoal.objects.memory import MemoryObjectStorage
-from shoal.objects.storage import StorageBackendError
-from shoal.observability.metrics import BrokerMetrics
+from shoal.objects.storage import ObjectStorage, StorageBackendError
+from shoal.observability.metrics import SEGMENT_STAGES, BrokerMetrics
 from shoal.partitions.notify import CommitNotifier
 from shoal.protocol.errors import ErrorCode, KafkaError
 from shoal.records.batch import read_header
@@ -61,7 +62,7 @@ def coordinator(db: Path):
 
 
 def new_appender(
-    storage: MemoryObjectStorage,
+    storage: ObjectStorage,
     coordinator: SqliteBatchCoordinator,
     *,
     interval_ms: int = 20,
@@ -162,6 +163,23 @@ class SlowFirstUpload(MemoryObjectStorage):
         self.finished.append(key)
 
 
+class SlowFirstLocalUpload(LocalObjectStorage):
+    """``SlowFirstUpload`` on the local directory store, whose blocking upload the appender uses."""
+
+    def __init__(self, root: Path, delay: float) -> None:
+        super().__init__(root)
+        self.delay = delay
+        self.first_key: str | None = None
+        self.finished: list[str] = []
+
+    def upload_blocking(self, key: str, data: bytes | memoryview) -> None:
+        if self.first_key is None:
+            self.first_key = key
+            time.sleep(self.delay)
+        super().upload_blocking(key, data)
+        self.finished.append(key)
+
+
 class FailingUploads(MemoryObjectStorage):
     """Uploads fail while ``failures`` is positive."""
 
@@ -210,6 +228,12 @@ async def test_batches_of_several_partitions_in_one_interval_share_one_object(co
         assert values == expected[partition]
     assert counter(appender, "kafka_diskless_object_uploads") == counter(appender, "kafka_diskless_commits") == 1
     assert counter(appender, "kafka_diskless_object_upload_bytes") == len(data)
+    # Each stage of the segment's way is timed once; it filled until its early close.
+    registry = appender._metrics.registry
+    stage = "kafka_diskless_segment_stage_time_seconds"
+    for name in SEGMENT_STAGES:
+        assert registry.get_sample_value(f"{stage}_count", {"stage": name}) == 1, name
+    assert registry.get_sample_value(f"{stage}_sum", {"stage": "fill"}) > 0
 
 
 async def test_full_buffer_closes_the_segment_before_the_interval(coordinator) -> None:
@@ -329,8 +353,12 @@ async def test_a_segment_of_transaction_markers_only_closes_early(coordinator) -
     await appender.close()
 
 
-async def test_commit_order_is_close_order_even_if_a_later_upload_finishes_first(coordinator) -> None:
-    storage = SlowFirstUpload(delay=0.3)
+@pytest.mark.parametrize("store", ["memory", "local"])
+async def test_commit_order_is_close_order_even_if_a_later_upload_finishes_first(
+    coordinator, tmp_path: Path, store: str
+) -> None:
+    # The local store uploads (and commits, when first in line) in the worker thread itself.
+    storage = SlowFirstUpload(delay=0.3) if store == "memory" else SlowFirstLocalUpload(tmp_path / "objects", 0.3)
     appender = new_appender(storage, coordinator, max_bytes=1)  # every batch closes its own segment
     first = produce(appender, 0, b"first")
     second = produce(appender, 0, b"second")
@@ -346,6 +374,31 @@ async def test_commit_order_is_close_order_even_if_a_later_upload_finishes_first
         (0, storage.first_key),
         (1, storage.finished[0]),
     ]
+
+
+async def test_a_local_segment_is_laid_out_uploaded_and_committed_in_one_worker_hop(
+    coordinator, tmp_path: Path
+) -> None:
+    storage = LocalObjectStorage(tmp_path / "objects")
+    hops: list[str] = []
+
+    async def counting(fn: Callable, *args):
+        hops.append(fn.__name__)
+        return await asyncio.to_thread(fn, *args)
+
+    appender = Appender(storage, coordinator, counting, 1, 20, MiB, RangeCache(MiB), lambda _: None, BrokerMetrics())
+    appender.start()
+    responses = await wait_for(asyncio.gather(produce(appender, 0, b"a"), produce(appender, 1, b"b")))
+    await appender.close()
+    assert [(r.errors, r.assigned_base_offset) for r in responses] == [(ErrorCode.none, 0)] * 2
+    assert hops == ["_ship_blocking"]  # no separate build or commit_file hop
+    [obj] = await storage.list()
+    found = coordinator.find_batches([FindBatchRequest(tp(p), 0, MiB) for p in (0, 1)], MiB)
+    assert [[b.object_key for b in f.batches] for f in found] == [[obj.key], [obj.key]]
+    registry = appender._metrics.registry
+    for name in SEGMENT_STAGES:
+        assert registry.get_sample_value("kafka_diskless_segment_stage_time_seconds_count", {"stage": name}) == 1
+    assert counter(appender, "kafka_diskless_commits") == 1
 
 
 async def test_upload_failure_fails_the_segment_and_commits_nothing(coordinator) -> None:
@@ -367,8 +420,9 @@ async def test_upload_failure_fails_the_segment_and_commits_nothing(coordinator)
     assert (retry.errors, retry.assigned_base_offset) == (ErrorCode.none, 0)
 
 
-async def test_commit_failure_answers_request_timed_out(db: Path, coordinator) -> None:
-    storage = MemoryObjectStorage()
+@pytest.mark.parametrize("store", ["memory", "local"])  # local: the commit fails in the upload's hop
+async def test_commit_failure_answers_request_timed_out(db: Path, coordinator, tmp_path: Path, store: str) -> None:
+    storage = MemoryObjectStorage() if store == "memory" else LocalObjectStorage(tmp_path / "objects")
     appender = new_appender(storage, coordinator)
     coordinator.close()  # every commit_file now raises
     future = produce(appender, 0, b"a")

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 __all__ = [
+    "BlockingUploads",
     "ByteRange",
     "ObjectInfo",
     "ObjectNotFoundError",
@@ -115,6 +116,20 @@ class ObjectStorage(Protocol):
 
     async def close(self) -> None:
         """Release resources; further calls fail."""
+        ...
+
+
+@runtime_checkable
+class BlockingUploads(Protocol):
+    """A store that can also upload in the caller's own worker thread (the local directory).
+
+    The diskless appender then lays out, uploads and commits a WAL segment in one hop to a
+    worker thread instead of three: on a busy machine each hop waits for a core, and the
+    segment's producers wait for all of them. Same semantics as ``ObjectStorage.upload``.
+    """
+
+    def upload_blocking(self, key: str, data: bytes | memoryview) -> None:
+        """``upload``, blocking the calling thread until the object is durable."""
         ...
 
 

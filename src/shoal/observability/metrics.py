@@ -30,6 +30,11 @@ kafka_diskless_commits_total                               2.1 commit count and 
 kafka_diskless_committed_batches_total                     (batches those commits carried)
 kafka_diskless_commit_time_seconds                         2.2 commit latency (histogram)
 kafka_diskless_commit_errors_total                         2.3 commit errors
+kafka_diskless_segment_stage_time_seconds (stage)          where a WAL segment's time goes, produce path in order:
+                                                           fill (first batch in -> closed), build (closed -> upload
+                                                           starts: an upload slot and the layout), upload,
+                                                           commit_wait (uploaded -> its turn to commit), commit;
+                                                           a batch's produce latency is their sum from its arrival
 kafka_diskless_fetches_total                               3.1 read count and rate
 kafka_diskless_object_gets_per_fetch                       3.2 GET requests per Fetch (histogram)
 kafka_diskless_object_gets_total                           object GETs issued (hits of the range cache issue none)
@@ -80,6 +85,9 @@ _OBJECT_SIZE_BUCKETS = (4 * KiB, 16 * KiB, 64 * KiB, 256 * KiB, 512 * KiB, 1 * M
                         16 * MiB, 64 * MiB)
 _UPLOAD_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0)
 _COMMIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+_STAGE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+#: The stages of ``kafka_diskless_segment_stage_time_seconds``, in the order a segment passes them.
+SEGMENT_STAGES = ("fill", "build", "upload", "commit_wait", "commit")
 _GET_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5, 5.0)
 _GETS_PER_FETCH_BUCKETS = (0, 1, 2, 3, 4, 6, 8, 12, 16, 32)
 _REQUEST_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -292,6 +300,13 @@ class BrokerMetrics:
             buckets=_COMMIT_BUCKETS, registry=r,
         )
         self._commit_errors = Counter("kafka_diskless_commit_errors", "Commits that failed.", registry=r)
+        stage_time = Histogram(
+            "kafka_diskless_segment_stage_time_seconds",
+            "Time a WAL segment spent in each stage of the produce path (fill, build, upload, commit_wait, commit).",
+            ["stage"], buckets=_STAGE_BUCKETS, registry=r,
+        )
+        #: One child per stage, resolved once: ``segment_stage`` runs five times per segment.
+        self._stage_time = {stage: stage_time.labels(stage) for stage in SEGMENT_STAGES}
         # Reads (KIP-1163 Monitoring 3)
         self._fetches = Counter("kafka_diskless_fetches", "Reads of diskless partitions.", registry=r)
         self._gets_per_fetch = Histogram(
@@ -362,6 +377,10 @@ class BrokerMetrics:
         self._upload_bytes.inc(size)
         self._object_size.observe(size)
         self._upload_time.observe(seconds)
+
+    def segment_stage(self, stage: str, seconds: float) -> None:
+        """A WAL segment spent ``seconds`` in ``stage`` (one of ``SEGMENT_STAGES``)."""
+        self._stage_time[stage].observe(seconds)
 
     def object_upload_failed(self) -> None:
         """An upload raised: its batches were failed with KAFKA_STORAGE_ERROR."""
