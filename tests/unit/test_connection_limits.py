@@ -154,6 +154,43 @@ async def test_the_byte_budget_lets_one_large_request_in() -> None:
         w2.close()
 
 
+async def test_budget_waiters_are_let_in_first_come_first_served_one_per_free_slot() -> None:
+    budget = RequestBudget(2, -1)
+    await budget.acquire(10)
+    await budget.acquire(10)
+    order: list[int] = []
+
+    async def waiter(i: int) -> None:
+        await budget.acquire(1)
+        order.append(i)
+
+    tasks = [asyncio.create_task(waiter(i)) for i in range(4)]
+    await asyncio.sleep(0.01)
+    tasks[1].cancel()  # a waiter that gives up leaves the line
+    await asyncio.sleep(0.01)
+    assert order == [] and budget.requests == 2
+    budget.release(10)
+    await asyncio.sleep(0.01)
+    assert order == [0] and budget.requests == 2  # one slot freed: one waiter in
+    budget.release(10)
+    budget.release(1)
+    await asyncio.sleep(0.01)
+    assert order == [0, 2, 3] and budget.requests == 2
+    assert tasks[1].cancelled()
+
+
+async def test_a_woken_waiter_that_is_cancelled_passes_its_turn_on() -> None:
+    budget = RequestBudget(1, -1)
+    await budget.acquire(1)
+    first = asyncio.create_task(budget.acquire(1))
+    second = asyncio.create_task(budget.acquire(1))
+    await asyncio.sleep(0.01)
+    budget.release(1)  # wakes ``first``...
+    first.cancel()  # ...which is cancelled before it runs
+    await asyncio.sleep(0.01)
+    assert first.cancelled() and second.done() and budget.requests == 1
+
+
 async def test_oversized_frames_close_the_connection() -> None:
     async with Server(ConnectionSettings(1000, 0), RequestBudget(500, -1)) as s:
         reader, writer = await asyncio.open_connection("127.0.0.1", s.port)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import Counter
+from collections import Counter, deque
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +22,9 @@ class RequestBudget:
     """Counts and bytes of queued requests; ``acquire`` waits while either is spent.
 
     Like Kafka's memory pool, a request larger than what is left is let in once the pool
-    has anything left at all, so one large request never waits forever.
+    has anything left at all, so one large request never waits forever. Waiters are let in
+    first come, first served, one at a time as room frees up: with hundreds of connections
+    waiting, an answer wakes one of them, not all.
     """
 
     def __init__(self, max_requests: int, max_bytes: int) -> None:
@@ -30,7 +32,8 @@ class RequestBudget:
         self.max_bytes = max_bytes
         self.requests = 0
         self.bytes = 0
-        self._freed = asyncio.Event()
+        #: Waiting acquirers, oldest first; the head stays until it has taken its share.
+        self._waiters: deque[asyncio.Future[None]] = deque()
 
     def _has_room(self) -> bool:
         if self.requests >= self.max_requests:
@@ -38,16 +41,28 @@ class RequestBudget:
         return self.max_bytes < 0 or self.bytes < self.max_bytes
 
     async def acquire(self, size: int) -> None:
-        while not self._has_room():
-            self._freed.clear()
-            await self._freed.wait()
+        if self._waiters or not self._has_room():
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                self._waiters.remove(waiter)
+                self._wake_next()  # it may have been woken: the room passes to the next
+                raise
+            self._waiters.popleft()  # only the head is ever woken
         self.requests += 1
         self.bytes += size
+        self._wake_next()
 
     def release(self, size: int) -> None:
         self.requests -= 1
         self.bytes -= size
-        self._freed.set()
+        self._wake_next()
+
+    def _wake_next(self) -> None:
+        if self._waiters and self._has_room() and not self._waiters[0].done():
+            self._waiters[0].set_result(None)
 
 
 def connection_overrides(value: str) -> dict[str, int]:
