@@ -15,6 +15,7 @@ from shoal.coordinator.api import (
     DeleteRecordsRequest,
     ProducerStateEntry,
 )
+from shoal.protocol.errors import ErrorCode
 from shoal.records.types import TimestampType
 from tests.unit.test_coordinator_conformance import TOPIC, Coordinator, FakeClock, open_coordinator, tp
 from tests.unit.test_coordinator_txn_conformance import OK, data, marker, one, plain, put
@@ -109,3 +110,24 @@ def test_producers_survive_reopen(store_url: str, clock: FakeClock) -> None:
         ]
     finally:
         second.close()
+
+
+def test_one_commit_of_many_producers_on_many_partitions(coord: Coordinator) -> None:
+    """More producers and partitions in one object than one lookup query takes (500 keys): each
+    producer's state is found, kept and checked, a retry is a duplicate, a gap is refused."""
+    n = 700
+    first = put(coord, *(data(1000 + i, 0, 0, txn=False, partition=i % 2) for i in range(n)))
+    assert [r.errors for r in first] == [ErrorCode.none] * n
+    # Every producer's next batch, retries of first batches, an unknown partition and a sequence gap.
+    again = put(
+        coord,
+        *(data(1000 + i, 0, 1, txn=False, partition=i % 2) for i in range(n)),
+        *(data(1000 + i, 0, 0, txn=False, partition=i % 2) for i in range(0, n, 7)),
+        data(1, 0, 0, txn=False, partition=9),
+        data(1000, 0, 5, txn=False),  # after its sequence 1 in this object: a gap
+    )
+    assert [r.errors for r in again[:n]] == [ErrorCode.none] * n
+    assert [r.assigned_base_offset for r in again[n : n + 100]] == [first[i].assigned_base_offset for i in range(0, n, 7)]
+    assert again[-2].errors == ErrorCode.unknown_topic_or_partition
+    assert again[-1].errors == ErrorCode.out_of_order_sequence_number
+    assert len(producers(coord, 0)) == n // 2 and len(producers(coord, 1)) == n // 2
