@@ -18,6 +18,7 @@ from collections.abc import Callable
 import pytest
 import uvloop
 
+from shoal.server import frames
 from shoal.server.frames import SCRATCH_BYTES, FrameConnection, start_frame_server
 
 #: Both loops: the broker runs on uvloop, whose transports call the protocol differently.
@@ -75,10 +76,10 @@ def test_frames_come_out_exactly_however_the_sender_splits_them(run: Callable[..
     run(frames_come_out_exactly(chunk))
 
 
-async def frames_come_out_exactly(chunk: int) -> None:
+async def frames_come_out_exactly(chunk: int, sizes: list[int] | None = None) -> None:
     rng = random.Random(chunk)
-    bodies = [os.urandom(rng.choice([1, 5, 100, SCRATCH_BYTES - 4, SCRATCH_BYTES, SCRATCH_BYTES + 1, 300_000]))
-              for _ in range(12 if chunk > 1 else 4)]
+    sizes = sizes or [1, 5, 100, SCRATCH_BYTES - 4, SCRATCH_BYTES, SCRATCH_BYTES + 1, 300_000]
+    bodies = [os.urandom(n) for n in sizes] + [os.urandom(rng.choice(sizes)) for _ in range(6 if chunk > 1 else 0)]
     if chunk == 1:
         bodies = [b[:3000] for b in bodies]  # byte by byte: keep it short
     echo = Echo()
@@ -99,8 +100,20 @@ async def frames_come_out_exactly(chunk: int) -> None:
 
 
 @LOOPS
-@pytest.mark.parametrize("size", [100, 3 * SCRATCH_BYTES])
-def test_a_frame_cut_by_the_peer_ends_in_an_incomplete_read(run: Callable[..., None], size: int) -> None:
+@pytest.mark.parametrize("chunk", [4096, 1 << 20])
+def test_frames_past_the_whole_frame_size_come_in_pieces_and_come_out_whole(
+    run: Callable[..., None], chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(frames, "WHOLE_FRAME_BYTES", 100_000)
+    run(frames_come_out_exactly(chunk, sizes=[99_999, 100_000, 100_001, 350_000, 5]))
+
+
+@LOOPS
+@pytest.mark.parametrize("size", [100, 3 * SCRATCH_BYTES, 250_000])
+def test_a_frame_cut_by_the_peer_ends_in_an_incomplete_read(
+    run: Callable[..., None], size: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(frames, "WHOLE_FRAME_BYTES", 100_000)  # 250,000: cut in its second piece
     run(a_frame_cut_by_the_peer(size))
 
 
@@ -113,7 +126,8 @@ async def a_frame_cut_by_the_peer(size: int) -> None:
     writer.close()
     await asyncio.wait_for(echo.done.wait(), 5)
     assert isinstance(echo.ended, asyncio.IncompleteReadError)
-    assert echo.ended.expected == size and echo.ended.partial == b"x" * (size // 2)
+    if size <= frames.WHOLE_FRAME_BYTES:
+        assert echo.ended.expected == size and echo.ended.partial == b"x" * (size // 2)
     server.close()
 
 

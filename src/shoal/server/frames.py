@@ -7,7 +7,8 @@ thread that serves every connection. ``FrameConnection`` is a ``BufferedProtocol
 transport ``recv_into``s the buffer it hands out, which is
 
 - for a request body larger than ``SCRATCH_BYTES`` (produce batches): the request's own
-  ``bytearray``, so its bytes are copied once, by the kernel, and the handlers get views of it;
+  ``bytearray``, so its bytes are copied once, by the kernel, and the handlers get views of it
+  (past ``WHOLE_FRAME_BYTES``, pieces joined at the end, so a size header alone reserves little);
 - otherwise a small per-connection scratch buffer, from which short frames (metadata, fetch,
   heartbeats) are copied out; a pipelining client's several small requests come in one ``recv``.
 
@@ -28,6 +29,9 @@ log = logging.getLogger(__name__)
 
 #: Bytes of the per-connection scratch buffer; larger frames are read into their own buffer.
 SCRATCH_BYTES = 64 * 1024
+#: Frames up to this size get their whole buffer at once; larger ones are read in pieces this
+#: large and joined (one copy), so the memory a connection takes follows what it really sent.
+WHOLE_FRAME_BYTES = 8 * 1024 * 1024
 
 
 class FrameConnection(asyncio.BufferedProtocol):
@@ -132,7 +136,7 @@ class FrameConnection(asyncio.BufferedProtocol):
         if unread >= n:
             return self._take(n)
         if n > len(self._scratch):
-            return await self._read_large(n, unread)
+            return await self._read_large(n)
         if self._start + n > len(self._scratch):
             self._compact()  # room at the tail for the rest (``get_buffer`` compacts only when full)
         self._wanted = n
@@ -149,17 +153,38 @@ class FrameConnection(asyncio.BufferedProtocol):
         self._resume_reading()
         return data
 
-    async def _read_large(self, n: int, unread: int) -> bytearray:
-        buf = bytearray(n)
-        buf[:unread] = self._view[self._start : self._end]
-        self._start = self._end = 0
+    async def _read_large(self, n: int) -> bytes | bytearray:
+        if n <= WHOLE_FRAME_BYTES:
+            return await self._read_piece(n, n)
+        # A frame past any produce request's size: memory follows the bytes that actually come
+        # (pieces, joined at the end), so a 4-byte header claiming 100 MiB costs 100 MiB only
+        # once 100 MiB were sent.
+        pieces = []
+        got = 0
+        while got < n:
+            piece = await self._read_piece(min(WHOLE_FRAME_BYTES, n - got), n, got)
+            pieces.append(piece)
+            got += len(piece)
+        return b"".join(pieces)
+
+    async def _read_piece(self, size: int, n: int, before: int = 0) -> bytearray:
+        """The next ``size`` bytes of a frame of ``n`` (``before`` of them read already) in a buffer
+        of their own, the scratch buffer's unread bytes first."""
+        buf = bytearray(size)
+        unread = min(self._end - self._start, size)
+        buf[:unread] = self._view[self._start : self._start + unread]
+        self._start += unread
+        if self._start == self._end:
+            self._start = self._end = 0
         self._target, self._filled = buf, unread
-        try:
-            await self._wait()
-        finally:
-            self._target = None
-        if self._filled < n:
-            raise self._ended(bytes(buf[: self._filled]), n)
+        if unread < size:
+            try:
+                await self._wait()
+            finally:
+                self._target = None
+        self._target = None
+        if self._filled < size:
+            raise self._ended(bytes(buf[: self._filled]), n - before)
         return buf
 
     async def _wait(self) -> None:
@@ -233,4 +258,4 @@ async def start_frame_server(
     return await loop.create_server(lambda: FrameConnection(on_connected), host, port, **kwargs)
 
 
-__all__ = ["SCRATCH_BYTES", "FrameConnection", "start_frame_server"]
+__all__ = ["SCRATCH_BYTES", "WHOLE_FRAME_BYTES", "FrameConnection", "start_frame_server"]
