@@ -176,13 +176,13 @@ class FrameConnection(asyncio.BufferedProtocol):
         self._start += unread
         if self._start == self._end:
             self._start = self._end = 0
-        self._target, self._filled = buf, unread
+        self._filled = unread
         if unread < size:
+            self._target = buf
             try:
                 await self._wait()
             finally:
                 self._target = None
-        self._target = None
         if self._filled < size:
             raise self._ended(bytes(buf[: self._filled]), n - before)
         return buf
