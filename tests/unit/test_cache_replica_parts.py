@@ -8,12 +8,17 @@ import uuid
 from pathlib import Path
 
 from shoal.cache_replicas.cache_log import CLEAN_SHUTDOWN, CacheLogs, cache_log_config
-from shoal.cache_replicas.filler import start_offset
+from shoal.cache_replicas.filler import _append_all, start_offset
 from shoal.cache_replicas.replica import Progress
 from shoal.classic.log_config import LogConfig
+from shoal.coordinator.api import BatchInfo, BatchMetadata, FindBatchResponse, TopicIdPartition
+from shoal.diskless.read import Located
 from shoal.metadata.image import PartitionImage, TopicImage
+from shoal.objects.ranges import Span
+from shoal.protocol.errors import ErrorCode
 from shoal.records.batch import stamp_batch
-from shoal.records.codec import NewRecord, build_batch
+from shoal.records.codec import NewRecord, build_batch, decode_batch
+from shoal.records.types import TimestampType
 
 
 def topic(name: str = "t", **configs: str) -> TopicImage:
@@ -87,3 +92,30 @@ def test_caches_of_topics_that_are_gone_are_deleted(tmp_path: Path) -> None:
     logs.close([cache])
     assert CacheLogs([str(tmp_path / "d")]).load(lambda topic_id: None) == {}
     assert not cache.directory.exists()
+
+
+def test_a_fill_round_appends_each_cache_on_its_own_and_reports_failures_per_cache(tmp_path: Path) -> None:
+    """``_append_all`` (run in a worker thread) copies each cache's batches out of the fetched
+    ranges with their assigned offsets; a failing cache does not stop the others."""
+    t, u = topic("a"), topic("b")
+    first, second = build_batch([NewRecord(None, b"x", (), 1)]), build_batch([NewRecord(None, b"y", (), 2)])
+    wal = b"\x00" + first + second  # a WAL object: a format byte, then the batches
+
+    def found(tp: TopicIdPartition, start: int, data: bytes, offset: int) -> FindBatchResponse:
+        meta = BatchMetadata(tp, start, len(data), offset, offset, -1, 1, TimestampType.CREATE_TIME)
+        return FindBatchResponse(ErrorCode.none, [BatchInfo(1, "wal", meta)], 0, offset + 1)
+
+    located = Located(
+        [
+            found(TopicIdPartition(t.topic_id, 0), 1, first, 7),
+            found(TopicIdPartition(u.topic_id, 0), 1 + len(first), second, 3),
+        ],
+        {Span("wal", 1, len(wal)): memoryview(wal)[1:]},
+    )
+    logs = CacheLogs([str(tmp_path / "d")])
+    good, broken = logs.create(t, 0, 7, LogConfig()), logs.create(u, 0, 3, LogConfig())
+    logs.close([broken])
+    ok, failed = _append_all(located, [(good, 0), (broken, 1)])
+    assert ok == (len(first), False) and isinstance(failed, Exception)
+    assert good.log_end_offset == 8
+    assert [r.offset for r in decode_batch(bytes(good.read(7, 1 << 20).records))[1]] == [7]

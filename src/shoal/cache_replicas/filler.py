@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import logging
 import math
-import struct
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -30,9 +29,10 @@ from typing import Any
 
 from shoal.cache_replicas.cache_log import CacheLogs
 from shoal.cache_replicas.replica import CacheReplica
+from shoal.classic.log import PartitionLog
 from shoal.classic.log_config import LogConfig
 from shoal.coordinator.api import BatchCoordinator, ListOffsetsRequest, ListOffsetsTimestamp, TopicIdPartition
-from shoal.diskless.read import DisklessReader
+from shoal.diskless.read import DisklessReader, Located
 from shoal.metadata.image import TopicImage
 from shoal.protocol.errors import ErrorCode
 from shoal.records.codec import iter_batches
@@ -65,6 +65,25 @@ def start_offset(earliest: int, latest: int, size: int, start_bytes: int) -> int
     if size <= start_bytes:
         return earliest
     return max(earliest, latest - math.ceil((latest - earliest) * start_bytes / size))
+
+
+def _append_all(
+    located: Located, targets: list[tuple[PartitionLog, int]]
+) -> list[tuple[int, bool] | Exception]:
+    """In a worker thread: copy out and stamp each target's batches of ``located`` and append
+    them to its cache log. Per target: (bytes appended, whether a batch was transactional) or
+    the error. Off the event loop because copying megabytes into fresh pages and checking their
+    CRCs took a third of the loop's busy time at saturation; the log's own lock keeps the
+    loop's reads of the same log consistent meanwhile."""
+    outcomes: list[tuple[int, bool] | Exception] = []
+    for cache_log, index in targets:
+        try:
+            records = located.records(index)
+            cache_log.append_as_follower(memoryview(records))
+            outcomes.append((len(records), any(h.is_transactional for _, h in iter_batches(records))))
+        except Exception as exc:
+            outcomes.append(exc)
+    return outcomes
 
 
 def key_of(replica: CacheReplica) -> TopicIdPartition:
@@ -149,34 +168,49 @@ class CacheFiller:
         requests = [
             (key_of(r), r.cache_end if r.log is not None else r.start_at, s.partition_max_bytes) for r in ready
         ]
-        results = await self._reader.read(requests, s.max_bytes, for_cache=True)  # type: ignore[arg-type]
+        located = await self._reader.locate(requests, s.max_bytes, for_cache=True)  # type: ignore[arg-type]
         more = False
-        appended: list[CacheReplica] = []
-        for r, (_, asked, _), result in zip(ready, requests, results, strict=True):
+        batches: list[tuple[CacheReplica, int]] = []  # (replica, index in the round) with batches to append
+        for index, (r, (_, asked, _), found) in enumerate(zip(ready, requests, located.found, strict=True)):
             if r.cache_end != asked and r.log is not None:
                 continue  # dropped or restarted while the round was out
-            if result.error in (ErrorCode.offset_out_of_range, ErrorCode.offset_moved_to_tiered_storage):
+            if found.errors in (ErrorCode.offset_out_of_range, ErrorCode.offset_moved_to_tiered_storage):
                 # Below the log start, or below the batches left in the coordinator once older ones
                 # moved to tiered storage (KIP-1163): a cache holds what the coordinator holds.
                 log.info("%s: the cache fell out of the coordinator's log, starting it over", r.name)
                 await self._start_over(r)
                 continue
-            if result.error != ErrorCode.none:
-                log.info("%s: the coordinator answered %s to the cache fill", r.name, result.error.name)
+            if found.errors != ErrorCode.none:
+                log.info("%s: the coordinator answered %s to the cache fill", r.name, found.errors.name)
                 continue
-            r.log_start, r.high_watermark = result.log_start_offset, result.high_watermark
+            r.log_start, r.high_watermark = found.log_start_offset, found.high_watermark
             try:
-                if result.records:
-                    await self._append(r, result.records)
-                    appended.append(r)
-                elif r.log is None:
-                    r.log = await self._create(r, max(result.high_watermark, result.log_start_offset, 0))
+                if found.batches:
+                    await self._prepare(r, found.batches[0].metadata.base_offset)
+                    batches.append((r, index))
+                    continue
+                if r.log is None:
+                    r.log = await self._create(r, max(found.high_watermark, found.log_start_offset, 0))
             except Exception as exc:  # a disk error or a bad cache: it is only a cache, start over
                 log.warning("%s: the cache failed and starts over: %s: %s", r.name, type(exc).__name__, exc)
                 await self._start_over(r)
                 continue
             r.progress.update(r.cache_end, r.high_watermark, asked_ms)
             more = more or r.cache_end < r.high_watermark
+        appended: list[CacheReplica] = []
+        if batches:
+            outcomes = await self._run_blocking(_append_all, located, [(r.log, index) for r, index in batches])
+            for (r, _), outcome in zip(batches, outcomes, strict=True):
+                if isinstance(outcome, Exception):
+                    log.warning("%s: the cache failed and starts over: %s: %s", r.name, type(outcome).__name__, outcome)
+                    await self._start_over(r)
+                    continue
+                size, transactional = outcome
+                self.bytes_filled += size
+                r.txn_dirty = r.txn_dirty or transactional  # READ_COMMITTED waits for the coordinator's state
+                appended.append(r)
+                r.progress.update(r.cache_end, r.high_watermark, asked_ms)
+                more = more or r.cache_end < r.high_watermark
         await self._refresh_transactions([r for r in ready if r.log is not None and r.txn_dirty])
         if appended:
             self._on_appended(appended)
@@ -222,18 +256,14 @@ class CacheFiller:
             )
             log.info("%s: building the cache from offset %d (log %d..%d)", r.name, r.start_at, first.offset, last.offset)
 
-    async def _append(self, r: CacheReplica, records: bytes) -> None:
-        (first,) = struct.unpack_from(">q", records, 0)
+    async def _prepare(self, r: CacheReplica, first: int) -> None:
+        """Make the cache log ready to take batches from offset ``first``."""
         if r.log is None:
             r.log = await self._create(r, first)
         elif r.log.log_end_offset != first:
             # A gap (batches deleted before the cache got them) or the first batch of a new
             # cache beginning before its start offset: restart the cache log at the batch.
             await self._run_blocking(r.log.truncate_fully_and_start_at, first)
-        r.log.append_as_follower(memoryview(records))
-        self.bytes_filled += len(records)
-        if any(h.is_transactional for _, h in iter_batches(records)):
-            r.txn_dirty = True  # READ_COMMITTED waits for the coordinator's transaction state
 
     async def _create(self, r: CacheReplica, offset: int) -> Any:
         return await self._run_blocking(self._logs.create, r.topic, r.partition, offset, self._config_for(r.topic))

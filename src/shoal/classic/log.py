@@ -2,7 +2,9 @@
 
 Concurrency model. The broker calls ``append``/``append_as_follower``/``read`` and the offset
 lookups synchronously on its event-loop thread: page-cache writes are fast, and one thread
-keeps per-partition order trivially. ``flush``, ``flush_if_due``, ``delete_old_segments``,
+keeps per-partition order trivially. (A diskless cache log is the exception: its one writer, the
+cache filler, appends megabytes at a time from a worker thread, and ``_lock`` keeps the loop's
+reads of it consistent.) ``flush``, ``flush_if_due``, ``delete_old_segments``,
 ``delete_records``, ``truncate_to``, ``expire_producers`` and ``close`` do slow I/O and belong on
 a worker thread. Two locks make that safe:
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from shoal.coordinator.api import (
     BatchCoordinator,
     BatchInfo,
     FindBatchRequest,
+    FindBatchResponse,
     TopicIdPartition,
 )
 from shoal.diskless.cache import RangeCache
@@ -48,6 +49,53 @@ def plan_ranges(batches: list[BatchInfo]) -> list[Span]:
     return coalesce_ranges(b.byte_range for b in batches)
 
 
+@dataclass(slots=True)
+class Located:
+    """Batches found and fetched for a read, not yet copied out: ``records`` is pure (any thread
+    may call it), so a cache fill copies and appends in one worker-thread hop."""
+
+    found: list[FindBatchResponse]
+    #: The bytes of each span read (range-cache views).
+    fetched: dict[Span, bytes | memoryview]
+    spans_by_key: dict[str, list[Span]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.spans_by_key = {}
+        for span in self.fetched:
+            self.spans_by_key.setdefault(span.key, []).append(span)
+
+    def records(self, index: int) -> bytearray:
+        """Request ``index``'s batches copied out and stamped with their offsets (and append
+        times for LogAppendTime topics)."""
+        out = bytearray()
+        for batch in self.found[index].batches:
+            m = batch.metadata
+            span = next(
+                s for s in self.spans_by_key[batch.object_key]
+                if s.start <= m.byte_offset and m.byte_offset + m.byte_size <= s.end
+            )
+            position = len(out)
+            out += self.fetched[span][m.byte_offset - span.start : m.byte_offset - span.start + m.byte_size]
+            stamp_batch(
+                out,
+                position,
+                m.base_offset,
+                0,
+                m.log_append_timestamp if m.timestamp_type == TimestampType.LOG_APPEND_TIME else None,
+            )
+        return out
+
+    def result(self, index: int) -> PartitionRead:
+        response = self.found[index]
+        if response.errors != ErrorCode.none:
+            return PartitionRead(response.errors, response.high_watermark, response.log_start_offset, b"",
+                                 response.last_stable_offset)
+        return PartitionRead(
+            ErrorCode.none, response.high_watermark, response.log_start_offset, self.records(index),
+            response.last_stable_offset, tuple(response.aborted_transactions),
+        )
+
+
 class DisklessReader:
     """Serves Fetch for diskless partitions straight from object storage."""
 
@@ -74,9 +122,21 @@ class DisklessReader:
         read_committed: Sequence[bool] = (),
     ) -> list[PartitionRead]:
         """Read (partition, fetch offset, partition max bytes) requests; results in request order.
-        ``for_cache``: the reads fill cache replicas' logs rather than answer a consumer (metrics).
         ``read_committed`` (per request): stop at the last stable offset and list the aborted
-        transactions of what is returned."""
+        transactions of what is returned. ``for_cache``: see ``locate``."""
+        located = await self.locate(requests, fetch_max_bytes, for_cache=for_cache, read_committed=read_committed)
+        return [located.result(i) for i in range(len(located.found))]
+
+    async def locate(
+        self,
+        requests: list[tuple[TopicIdPartition, int, int]],
+        fetch_max_bytes: int,
+        *,
+        for_cache: bool = False,
+        read_committed: Sequence[bool] = (),
+    ) -> Located:
+        """Find the requested batches and get their bytes; ``Located`` stamps them out.
+        ``for_cache``: the reads fill cache replicas' logs rather than answer a consumer (metrics)."""
         committed = list(read_committed) or [False] * len(requests)
         finds = [
             FindBatchRequest(tp, offset, max_bytes, read_committed=rc)
@@ -99,36 +159,7 @@ class DisklessReader:
             self._metrics.cache_fill_done(gets)
         else:
             self._metrics.fetch_done(gets)
-        fetched = dict(zip(spans, views, strict=True))
-        spans_by_key: dict[str, list[Span]] = {}
-        for span in fetched:
-            spans_by_key.setdefault(span.key, []).append(span)
-        results = []
-        for response in found:
-            if response.errors != ErrorCode.none:
-                results.append(PartitionRead(response.errors, response.high_watermark, response.log_start_offset, b"",
-                                             response.last_stable_offset))
-                continue
-            out = bytearray()
-            for batch in response.batches:
-                m = batch.metadata
-                span = next(
-                    s for s in spans_by_key[batch.object_key] if s.start <= m.byte_offset and m.byte_offset + m.byte_size <= s.end
-                )
-                position = len(out)
-                out += fetched[span][m.byte_offset - span.start : m.byte_offset - span.start + m.byte_size]
-                stamp_batch(
-                    out,
-                    position,
-                    m.base_offset,
-                    0,
-                    m.log_append_timestamp if m.timestamp_type == TimestampType.LOG_APPEND_TIME else None,
-                )
-            results.append(PartitionRead(
-                ErrorCode.none, response.high_watermark, response.log_start_offset, out,
-                response.last_stable_offset, tuple(response.aborted_transactions),
-            ))
-        return results
+        return Located(found, dict(zip(spans, views, strict=True)))
 
     async def _get(self, span: Span) -> bytes:
         started = time.monotonic()
