@@ -394,7 +394,7 @@ class Worker:
         """A valid frame must decode to the request it was encoded from."""
         self.remember(frame)
         try:
-            _, decoded = self.apis.decode_request(frame)
+            _, decoded = self.apis.decode_request(memoryview(frame).toreadonly())  # as the broker passes it
         except Exception as exc:
             self.fail(target, "valid-request-refused", frame, f"{exc.__class__.__name__}: {exc}")
             return
@@ -430,7 +430,7 @@ class Worker:
         if self.tried == self.args.crash_after:
             os.abort()  # --crash-after: proves a dying child is reported, with its input
         try:
-            header, request = apis.decode_request(frame)
+            header, request = apis.decode_request(memoryview(frame).toreadonly())  # as the broker passes it
         except apis.UnsupportedVersion:
             counts["unsupported_version"] += 1
         except apis.KafkaError as exc:

@@ -134,6 +134,9 @@ def test_generated_requests_round_trip(api_key: int, version: int) -> None:
         frame = encode_request(correlation_id, client_id, request)[4:]
         header, decoded = decode_request(frame)
         assert decoded == request
+        # The broker hands decode_request read-only views of its frames (Produce records stay views).
+        _, from_view = decode_request(memoryview(frame).toreadonly())
+        assert from_view == request
         assert (header.api_key, header.api_version) == (api_key, version)
         assert (header.correlation_id, header.client_id) == (correlation_id, client_id)
 

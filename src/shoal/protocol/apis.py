@@ -18,6 +18,7 @@ from kio.serial import entity_reader, entity_writer
 
 from shoal.protocol.errors import ErrorCode, KafkaError
 from shoal.protocol.guard import MalformedRequest, check_request
+from shoal.protocol.produce_request import read_produce_request
 from shoal.protocol.schemas import metadata_v14_request, metadata_v14_response
 
 
@@ -212,7 +213,10 @@ def decode_request(frame: bytes | memoryview) -> tuple[RequestHeader, Any]:
         ) from None
     try:
         kio_header, header_size = _reader(cls.__header_schema__)(frame, 0)
-        body, _ = _reader(cls)(frame, header_size)
+        if peeked.api_key == ApiKey.PRODUCE and isinstance(frame, memoryview):
+            body, _ = read_produce_request(frame, header_size, cls)  # records as views, not copies
+        else:
+            body, _ = _reader(cls)(frame, header_size)
     except Exception as exc:  # kio raises a variety of errors on malformed input
         detail = f"{exc.__class__.__name__}: {exc}"
         try:  # the guard leaves UTF-8 to kio; asked to check it too, it names the field
