@@ -301,3 +301,33 @@ def test_reassigning_a_diskless_partition_builds_caches_and_drops_old_ones(tmp_p
     finally:
         admin.close()
         c.close()
+
+
+@pytest.mark.timeout(180)
+def test_fill_rounds_of_megabytes_reach_the_caches_intact(cluster: Cluster) -> None:
+    """A burst of large records: fill rounds of a megabyte or more copy and append on a worker
+    thread (``APPEND_OFF_LOOP_BYTES``) while the broker serves reads; every cache gets every
+    batch, and a consumer reading from its rack's cache gets every record, in order."""
+    create_diskless_topic(cluster.bootstrap, "burst", partitions=2, replication_factor=3)
+    wait_until(lambda: in_sync_replicas(cluster, "burst") == [1, 2, 3], "every cache in sync", 30)
+    values = [os.urandom(100_000) for _ in range(120)]  # 12 MB, in rounds of megabytes
+    before = cluster.scrape(2)
+    produce(cluster.bootstrap, "burst", values, partitions=2)
+
+    def cache_ends() -> list[int]:
+        ends = []
+        for node in (1, 2, 3):
+            for d in cache_dirs(cluster, node, "burst"):
+                ends.append(sum(f.stat().st_size for f in d.glob("*.log")))
+        return ends
+
+    # Each of the 3 brokers caches both partitions: 6 cache logs holding 12 MB between them x 3.
+    wait_until(lambda: len(cache_ends()) == 6 and sum(cache_ends()) >= 3 * 12_000_000, "caches filled", 60)
+    got = consume_all(cluster.bootstrap, "burst", 2, len(values), RACKS[1])
+    after = cluster.scrape(2)
+    assert sorted(got) == sorted(values)
+    for p in (0, 1):  # per partition, in produce order
+        assert [v for v in got if v in set(values[p::2])] == values[p::2]
+    cached = metric(after, "kafka_diskless_fetch_bytes_total", source="cache", client_rack=RACKS[1]) - metric(
+        before, "kafka_diskless_fetch_bytes_total", source="cache", client_rack=RACKS[1])
+    assert cached >= 12_000_000

@@ -40,6 +40,8 @@ from shoal.records.codec import iter_batches
 log = logging.getLogger(__name__)
 
 _DIR_CHECK_S = 1.0
+#: A round that appends at least this many bytes copies and appends them on a worker thread.
+APPEND_OFF_LOOP_BYTES = 1 << 20
 
 
 def _now_ms() -> int:
@@ -72,9 +74,9 @@ def _append_all(
 ) -> list[tuple[int, bool] | Exception]:
     """In a worker thread: copy out and stamp each target's batches of ``located`` and append
     them to its cache log. Per target: (bytes appended, whether a batch was transactional) or
-    the error. Off the event loop because copying megabytes into fresh pages and checking their
-    CRCs took a third of the loop's busy time at saturation; the log's own lock keeps the
-    loop's reads of the same log consistent meanwhile."""
+    the error. Large rounds run it off the event loop (``APPEND_OFF_LOOP_BYTES``): copying
+    megabytes into fresh pages and checking their CRCs took a third of the loop's busy time at
+    saturation; the log's own lock keeps the loop's reads of the same log consistent meanwhile."""
     outcomes: list[tuple[int, bool] | Exception] = []
     for cache_log, index in targets:
         try:
@@ -199,7 +201,12 @@ class CacheFiller:
             more = more or r.cache_end < r.high_watermark
         appended: list[CacheReplica] = []
         if batches:
-            outcomes = await self._run_blocking(_append_all, located, [(r.log, index) for r, index in batches])
+            targets = [(r.log, index) for r, index in batches]
+            size = sum(b.metadata.byte_size for _, index in batches for b in located.found[index].batches)
+            if size >= APPEND_OFF_LOOP_BYTES:
+                outcomes = await self._run_blocking(_append_all, located, targets)
+            else:  # a worker-thread hop costs more than a small round's copy and append
+                outcomes = _append_all(located, targets)
             for (r, _), outcome in zip(batches, outcomes, strict=True):
                 if isinstance(outcome, Exception):
                     log.warning("%s: the cache failed and starts over: %s: %s", r.name, type(outcome).__name__, outcome)
