@@ -72,9 +72,9 @@ def start_offset(earliest: int, latest: int, size: int, start_bytes: int) -> int
 def _append_all(
     located: Located, targets: list[tuple[PartitionLog, int]]
 ) -> list[tuple[int, bool] | Exception]:
-    """In a worker thread: copy out and stamp each target's batches of ``located`` and append
-    them to its cache log. Per target: (bytes appended, whether a batch was transactional) or
-    the error. Large rounds run it off the event loop (``APPEND_OFF_LOOP_BYTES``): copying
+    """Copy out and stamp each target's batches of ``located`` and append them to its cache log.
+    Per target: (bytes appended, whether a batch was transactional) or the error. Rounds of
+    ``APPEND_OFF_LOOP_BYTES`` or more call it on a worker thread: copying
     megabytes into fresh pages and checking their CRCs took a third of the loop's busy time at
     saturation; the log's own lock keeps the loop's reads of the same log consistent meanwhile."""
     outcomes: list[tuple[int, bool] | Exception] = []
@@ -212,8 +212,8 @@ class CacheFiller:
                     log.warning("%s: the cache failed and starts over: %s: %s", r.name, type(outcome).__name__, outcome)
                     await self._start_over(r)
                     continue
-                size, transactional = outcome
-                self.bytes_filled += size
+                filled, transactional = outcome
+                self.bytes_filled += filled
                 r.txn_dirty = r.txn_dirty or transactional  # READ_COMMITTED waits for the coordinator's state
                 appended.append(r)
                 r.progress.update(r.cache_end, r.high_watermark, asked_ms)
