@@ -7,8 +7,9 @@ Two running brokers, A and B (``--a HOST:PORT --b HOST:PORT``, named ``--a-name`
 
 1. ``fixed_rate_<N>p``, for each N in ``--producers`` (default ``1``): N idempotent producers
    (acks=all, 5 requests in flight) offer ``--rate`` records/s together (split evenly) for
-   ``--fixed-rate-duration`` seconds: latency p50/p99/p999, and WAL objects per second for a
-   target whose ``--a-objects-dir`` / ``--b-objects-dir`` is given;
+   ``--fixed-rate-duration`` seconds: latency p50/p99/p999, WAL objects per second for a
+   target whose ``--a-objects-dir`` / ``--b-objects-dir`` is given, and the broker's peak
+   resident memory for one whose ``--a-pid`` / ``--b-pid`` is (``--rate 48000``: at 50 MB/s);
 2. ``saturation``: ``--saturation-producers`` idempotent producers send ``--records`` records as
    fast as the broker acknowledges them: produce MB/s;
 3. ``consume``: on the same topic right after (same run), ``--consumers`` consumers read it all
@@ -59,6 +60,7 @@ FIXED_RATE_FIGURES = {
     "avg_object_bytes": ("produce_fixed_rate", "avg_object_bytes"),
     "broker_cpu_pct": ("produce_fixed_rate", "broker_cpu_pct"),
     "client_cpu_s": ("produce_fixed_rate", "client_cpu_s"),
+    "broker_rss_peak_mib": ("produce_fixed_rate", "broker_rss_peak_mib"),
 }
 FIXED_RATE_FLAGS = {
     "kept_up": ("produce_fixed_rate", "kept_up"),
@@ -74,6 +76,7 @@ SATURATION_FIGURES = {
     "wal_objects_per_s": ("produce_saturation", "object_puts_per_s"),
     "broker_cpu_pct": ("produce_saturation", "broker_cpu_pct"),
     "client_cpu_s": ("produce_saturation", "client_cpu_s"),
+    "broker_rss_peak_mib": ("produce_saturation", "broker_rss_peak_mib"),
 }
 SATURATION_FLAGS = {
     "records_delivered": ("produce_saturation", "records_delivered"),
@@ -113,6 +116,7 @@ FIXED_RATE_RATIOS = [
     ("p999_ms", "p999_ms_a_over_b"),
     ("achieved_mb_per_s", "achieved_mb_per_s_a_over_b"),
     ("wal_objects_per_s", "wal_objects_per_s_a_over_b"),
+    ("broker_rss_peak_mib", "broker_rss_peak_mib_a_over_b"),
 ]
 
 
@@ -443,7 +447,9 @@ def build_parser() -> argparse.ArgumentParser:
             f"--{t}-objects-dir",
             help=f"{t.upper()}'s local object store (Shoal: <data-dir>/objects): WAL objects per second",
         )
-        p.add_argument(f"--{t}-pid", type=int, help=f"{t.upper()}'s broker pid: its CPU per phase")
+        p.add_argument(
+            f"--{t}-pid", type=int, help=f"{t.upper()}'s broker pid: its CPU and peak resident memory per phase"
+        )
     p.add_argument("--rounds", type=int, default=2, help="A B rounds; each figure per round and the median")
     p.add_argument(
         "--producers",

@@ -573,12 +573,11 @@ def latency_timeline(
     return out
 
 
-def proc_tree_cpu_s(pid: int) -> float | None:
-    """CPU seconds used so far by a process and all its descendants (Linux /proc)."""
+def proc_tree(pid: int) -> list[int] | None:
+    """A process and all its descendants (Linux /proc); None when it does not exist."""
     try:
-        tick = os.sysconf("SC_CLK_TCK")
         children: dict[int, list[int]] = {}
-        cpu: dict[int, int] = {}
+        alive = set()
         for name in os.listdir("/proc"):
             if not name.isdigit():
                 continue
@@ -589,20 +588,87 @@ def proc_tree_cpu_s(pid: int) -> float | None:
                 continue
             # The command name may contain spaces; fields after ')' are fixed.
             fields = stat[stat.rfind(")") + 2 :].split()
-            child = int(name)
-            children.setdefault(int(fields[1]), []).append(child)
-            cpu[child] = int(fields[11]) + int(fields[12])
-        if pid not in cpu:
-            return None
-        total = 0
-        todo = [pid]
-        while todo:
-            p = todo.pop()
-            total += cpu.get(p, 0)
-            todo.extend(children.get(p, []))
-        return total / tick
+            alive.add(int(name))
+            children.setdefault(int(fields[1]), []).append(int(name))
     except (OSError, ValueError):
         return None
+    if pid not in alive:
+        return None
+    tree, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo.extend(children.get(p, []))
+    return tree
+
+
+def proc_tree_cpu_s(pid: int) -> float | None:
+    """CPU seconds used so far by a process and all its descendants (Linux /proc)."""
+    tree = proc_tree(pid)
+    if tree is None:
+        return None
+    total = 0
+    for p in tree:
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue  # exited meanwhile
+        fields = stat[stat.rfind(")") + 2 :].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def proc_tree_rss_bytes(pid: int) -> int | None:
+    """Resident memory of a process and all its descendants now (``VmRSS``, Linux /proc)."""
+    tree = proc_tree(pid)
+    if tree is None:
+        return None
+    total = 0
+    for p in tree:
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+class RssSampler:
+    """Samples a broker's resident memory (process tree) every ``interval_s`` during a phase:
+    the peak is what a memory limit must allow."""
+
+    def __init__(self, pid: int, interval_s: float = 0.25) -> None:
+        self._pid = pid
+        self._interval = interval_s
+        self._samples: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            rss = proc_tree_rss_bytes(self._pid)
+            if rss is not None:
+                self._samples.append(rss)
+            self._stop.wait(self._interval)
+
+    def start(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> dict[str, Any]:
+        """``broker_rss_peak_mib`` and ``broker_rss_mean_mib`` of the samples (MiB)."""
+        self._stop.set()
+        self._thread.join(5)
+        if not self._samples:
+            return {}
+        return {
+            "broker_rss_peak_mib": round(max(self._samples) / MIB, 1),
+            "broker_rss_mean_mib": round(sum(self._samples) / len(self._samples) / MIB, 1),
+        }
 
 
 class ObjectWatcher:
@@ -715,6 +781,7 @@ def produce_phase(
     ]
     started_at = utc_now()
     broker_cpu0 = proc_tree_cpu_s(args.broker_pid) if args.broker_pid else None
+    rss = RssSampler(args.broker_pid).start() if args.broker_pid else None
     if watcher is not None:
         watcher.start()
     results = run_workers(
@@ -722,6 +789,7 @@ def produce_phase(
     )
     objects = watcher.stop() if watcher is not None else None
     broker_cpu1 = proc_tree_cpu_s(args.broker_pid) if args.broker_pid else None
+    broker_rss = rss.stop() if rss is not None else {}
 
     ok = [r for r in results if "fatal" not in r]
     fatal = [r["fatal"] for r in results if "fatal" in r]
@@ -786,6 +854,7 @@ def produce_phase(
             and drain is not None
             and drain <= max(1.0, 0.1 * duration)
         )
+    out.update(broker_rss)
     if broker_cpu0 is not None and broker_cpu1 is not None:
         out["broker_cpu_s"] = round(broker_cpu1 - broker_cpu0, 3)
         if elapsed:
@@ -1039,7 +1108,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--objects-dir", help="local object-store directory: count objects created while producing"
     )
     p.add_argument(
-        "--broker-pid", type=int, help="broker process id: report its (and its children's) CPU use"
+        "--broker-pid",
+        type=int,
+        help="broker process id: report its (and its children's) CPU use, and their resident memory "
+        "during produce phases (peak and mean of samples every 250 ms)",
     )
     p.add_argument(
         "--flush-timeout", type=float, default=60.0, help="seconds to wait for outstanding deliveries"
