@@ -573,11 +573,12 @@ def latency_timeline(
     return out
 
 
-def proc_tree(pid: int) -> list[int] | None:
-    """A process and all its descendants (Linux /proc); None when it does not exist."""
+def proc_tree(pid: int) -> dict[int, list[str]] | None:
+    """A process and all its descendants (Linux /proc), each with its ``stat`` fields after the
+    command name; None when it does not exist."""
     try:
         children: dict[int, list[int]] = {}
-        alive = set()
+        stats: dict[int, list[str]] = {}
         for name in os.listdir("/proc"):
             if not name.isdigit():
                 continue
@@ -588,16 +589,16 @@ def proc_tree(pid: int) -> list[int] | None:
                 continue
             # The command name may contain spaces; fields after ')' are fixed.
             fields = stat[stat.rfind(")") + 2 :].split()
-            alive.add(int(name))
+            stats[int(name)] = fields
             children.setdefault(int(fields[1]), []).append(int(name))
     except (OSError, ValueError):
         return None
-    if pid not in alive:
+    if pid not in stats:
         return None
-    tree, todo = [], [pid]
+    tree, todo = {}, [pid]
     while todo:
         p = todo.pop()
-        tree.append(p)
+        tree[p] = stats[p]
         todo.extend(children.get(p, []))
     return tree
 
@@ -607,16 +608,7 @@ def proc_tree_cpu_s(pid: int) -> float | None:
     tree = proc_tree(pid)
     if tree is None:
         return None
-    total = 0
-    for p in tree:
-        try:
-            with open(f"/proc/{p}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue  # exited meanwhile
-        fields = stat[stat.rfind(")") + 2 :].split()
-        total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+    return sum(int(fields[11]) + int(fields[12]) for fields in tree.values()) / os.sysconf("SC_CLK_TCK")
 
 
 def proc_tree_rss_bytes(pid: int) -> int | None:
