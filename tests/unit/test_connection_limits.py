@@ -197,6 +197,7 @@ async def test_oversized_frames_close_the_connection() -> None:
         writer.write(struct.pack(">i", 2**31 - 1))
         assert await reader.read() == b""
         assert s.started == []
+        writer.close()
 
 
 async def test_idle_connections_are_closed() -> None:
@@ -205,6 +206,7 @@ async def test_idle_connections_are_closed() -> None:
         writer.write(frame(3, 7))
         assert await read_response(reader) == 7
         assert await asyncio.wait_for(reader.read(), 5) == b""
+        writer.close()
 
 
 def test_connection_quotas() -> None:
@@ -236,6 +238,7 @@ async def test_a_connection_closed_mid_pipeline_gives_its_budget_back() -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", s.port)
         writer.write(b"".join(frame(0, i) for i in range(PRODUCE_PIPELINE_DEPTH + 2)))
         assert await asyncio.wait_for(reader.read(), 5) == b""
+        writer.close()
         await eventually(lambda: budget.requests == 0 and budget.bytes == 0)
         writer.close()
 
