@@ -503,3 +503,23 @@ def test_up_stops_every_broker_when_one_cannot_start(tmp_path: Path) -> None:
             assert not any(_alive(pid, str(data_dir)) for pid in up.children().values()), up
         finally:
             up.close(str(data_dir))
+
+
+@pytest.mark.timeout(120)
+def test_a_broker_whose_metrics_port_is_taken_exits_1_naming_it(tmp_path: Path) -> None:
+    """The failure comes late in startup (after registration and background tasks): the broker
+    stops what it started and exits, rather than hanging with its loop unable to close."""
+    listen = consecutive_free_ports(2)
+    metrics = listen + 1
+    with socket.socket() as taken:
+        taken.bind((HOST, metrics))
+        taken.listen()
+        done = subprocess.run(
+            [sys.executable, "-m", "shoal", "up", "--data-dir", str(tmp_path / "data"),
+             "--override", f"listeners=PLAINTEXT://{HOST}:{listen}",
+             "--override", f"metrics.http.port={metrics}"],
+            capture_output=True, text=True, timeout=90,
+        )
+    assert done.returncode == 1, done.stderr
+    assert f"cannot serve metrics on 127.0.0.1:{metrics} (metrics.http.host, metrics.http.port)" in done.stderr
+    assert "Shoal broker 1 stopped" in done.stderr

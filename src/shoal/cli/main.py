@@ -50,6 +50,10 @@ Overrides = Annotated[
 ]
 
 
+#: How long a broker whose startup failed gets to stop what it had started.
+STARTUP_FAILURE_STOP_S = 30.0
+
+
 def _setup_logging() -> None:
     logging.basicConfig(
         level=logging.INFO,
@@ -73,6 +77,9 @@ def _run(raw: dict[str, str]) -> NoReturn:
         code = 1
     except SystemExit as exc:  # a fatal error stopped the broker
         code = exc.code if isinstance(exc.code, int) else 1
+    except OSError as exc:  # e.g. a port in use: Kafka's "Fatal error during KafkaServer startup"
+        logging.getLogger("shoal.server.broker").error("fatal error during broker startup: %s", exc)
+        code = 1
     # The broker used obstore: end without the interpreter's shutdown (``process_exit``).
     exit_without_finalizing(code)
 
@@ -85,7 +92,13 @@ async def _serve(config: Config) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await broker.start()
+    try:
+        await broker.start()
+    except BaseException:
+        # What started (its registration, heartbeats, background tasks, threads) is stopped before
+        # the error ends the process: left behind, those tasks kept the event loop from closing.
+        await asyncio.wait_for(broker.stop(), STARTUP_FAILURE_STOP_S)
+        raise
     stopped = asyncio.ensure_future(stop.wait())
     fatal = asyncio.ensure_future(broker.fatal.wait())
     await asyncio.wait([stopped, fatal], return_when=asyncio.FIRST_COMPLETED)

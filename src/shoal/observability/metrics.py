@@ -482,7 +482,13 @@ def start_metrics_server(registry: CollectorRegistry, host: str = "127.0.0.1", p
     """Serve ``registry`` as Prometheus text on ``http://host:port/metrics`` from a daemon thread.
 
     Loopback by default: metrics name topics, so exposing them is the operator's choice.
-    Port 0 takes any free port (see ``MetricsServer.port``).
+    Port 0 takes any free port (see ``MetricsServer.port``). An ``OSError`` (the port in use)
+    names the address and the configs that set it.
     """
-    server, thread = start_http_server(port, addr=host, registry=registry)
+    try:
+        server, thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        raise OSError(
+            exc.errno, f"cannot serve metrics on {host}:{port} (metrics.http.host, metrics.http.port): {exc.strerror}"
+        ) from exc
     return MetricsServer(host, server.server_port, server, thread)
