@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shoal.aio import wait_for
 from shoal.cache_replicas.cache_log import CacheLogs
 from shoal.cache_replicas.replica import CacheReplica
 from shoal.classic.log import PartitionLog
@@ -152,7 +153,7 @@ class CacheFiller:
                 self._failing = True
             if not more:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self._settings.interval_ms / 1000)
+                    await wait_for(self._wake.wait(), self._settings.interval_ms / 1000)
 
     # ------------------------------------------------------------------------------- one round
 

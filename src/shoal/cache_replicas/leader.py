@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from shoal.aio import wait_for
 from shoal.cache_replicas.replica import CacheReplica, Progress
 from shoal.cluster.partition_control import PartitionControl
 from shoal.metadata.image import MetadataImage
@@ -117,7 +118,7 @@ class LeaderIsr:
     async def _loop(self, own: Callable[[], Mapping[Key, CacheReplica]]) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._due.wait(), self._lag_ms / 2000)
+                await wait_for(self._due.wait(), self._lag_ms / 2000)
             self._due.clear()
             try:
                 self._check(own())

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from shoal.aio import wait_for
 from shoal.cache_replicas.replica import CacheReplica
 from shoal.metadata.image import MetadataImage
 from shoal.protocol.apis import request_class
@@ -69,7 +70,7 @@ class PositionReporter:
         s = self._settings
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._moved.wait(), s.max_wait_ms / 1000)
+                await wait_for(self._moved.wait(), s.max_wait_ms / 1000)
             self._moved.clear()
             try:
                 await self.report_once()

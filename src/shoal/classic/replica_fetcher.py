@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from shoal.aio import wait_for
 from shoal.classic.log import PartitionLog
 from shoal.classic.log_manager import TopicPartition
 from shoal.classic.producer_state import CorruptSnapshotError
@@ -136,7 +137,7 @@ class ReplicaFetcher:
                 self._changed.clear()
                 wake = min((f.paused_until for f in self.partitions.values()), default=now + 3600)
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), max(wake - now, 0.01))
+                    await wait_for(self._changed.wait(), max(wake - now, 0.01))
                 continue
             try:
                 truncating = {tp: f for tp, f in ready.items() if f.truncating}

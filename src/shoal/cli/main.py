@@ -12,6 +12,7 @@ from typing import Annotated, NoReturn
 import typer
 import uvloop
 
+from shoal.aio import wait_for
 from shoal.cli.cluster import cluster_app
 from shoal.cli.cluster_plan import PlanError, parse_racks, plan_cluster
 from shoal.cli.cluster_up import run_cluster
@@ -97,7 +98,7 @@ async def _serve(config: Config) -> None:
     except BaseException:
         # What started (its registration, heartbeats, background tasks, threads) is stopped before
         # the error ends the process: left behind, those tasks kept the event loop from closing.
-        await asyncio.wait_for(broker.stop(), STARTUP_FAILURE_STOP_S)
+        await wait_for(broker.stop(), STARTUP_FAILURE_STOP_S)
         raise
     stopped = asyncio.ensure_future(stop.wait())
     fatal = asyncio.ensure_future(broker.fatal.wait())

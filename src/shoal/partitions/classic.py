@@ -9,6 +9,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 
+from shoal.aio import wait_for
 from shoal.classic.log import PartitionLog
 from shoal.classic.log_list_offsets import (
     EARLIEST_LOCAL_TIMESTAMP,
@@ -114,7 +115,7 @@ class ClassicPartitions:
                 return outcome.fail(exc.code, exc.message)
         if replicated is not None:
             try:
-                code = await asyncio.wait_for(replicated, max(timeout_ms, 0) / 1000)
+                code = await wait_for(replicated, max(timeout_ms, 0) / 1000)
             except TimeoutError:
                 return outcome.fail(
                     ErrorCode.request_timed_out,

@@ -7,6 +7,8 @@ import asyncio
 import contextlib
 from collections.abc import Hashable, Iterable, Sequence
 
+from shoal.aio import wait_for
+
 PartitionKey = Hashable
 
 
@@ -40,7 +42,7 @@ class CommitNotifier:
             self._waiters.setdefault(p, set()).add(future)
         try:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(future, timeout)
+                await wait_for(future, timeout)
         finally:
             for p in partitions:
                 waiters = self._waiters.get(p)

@@ -13,6 +13,7 @@ import contextlib
 import struct
 from typing import Any
 
+from shoal.aio import wait_for
 from shoal.protocol.apis import decode_response, encode_request
 
 FETCH_VERSION = 12
@@ -36,7 +37,7 @@ class BrokerClient:
         """Send ``request`` and return the decoded answer; ``wait_s`` is how long the leader may
         park it (a fetch's max wait) on top of the socket timeout."""
         try:
-            return await asyncio.wait_for(self._round_trip(request), self._timeout_s + wait_s)
+            return await wait_for(self._round_trip(request), self._timeout_s + wait_s)
         except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError, struct.error) as exc:
             await self.close()
             raise BrokerConnectionError(f"{self.address[0]}:{self.address[1]}: {exc!r}") from None

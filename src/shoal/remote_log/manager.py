@@ -30,6 +30,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from shoal.aio import wait_for
 from shoal.classic.log import PartitionLog
 from shoal.classic.log_config import LogConfig
 from shoal.metadata.image import MetadataImage, TopicImage
@@ -141,7 +142,7 @@ class RemoteLogManager:
     async def _run(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._interval_ms / 1000)
+                await wait_for(self._wake.wait(), self._interval_ms / 1000)
             self._wake.clear()
             if self._is_controller():
                 try:
@@ -362,7 +363,7 @@ class RemoteLogManager:
         try:
             # Shielded: a read that outlasts the wait goes on, so its segment's index is cached
             # when the consumer asks again (Kafka lets the task run on after DelayedRemoteFetch expires).
-            records = await asyncio.wait_for(asyncio.shield(reading), self._fetch_max_wait_s)
+            records = await wait_for(asyncio.shield(reading), self._fetch_max_wait_s)
         except TimeoutError:
             self.fetch_timeouts += 1
             reading.add_done_callback(_ignore_result)
