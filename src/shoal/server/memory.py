@@ -16,8 +16,8 @@ the next megabyte buffers are fresh pages again. With ``MMAP_THRESHOLD`` (32 MiB
 ``TRIM_THRESHOLD`` (64 MiB) fixed, buffers up to 32 MiB come from the heaps and stay there
 between trims: at saturation (one idempotent producer, 400 MB of 1 MiB batches) the broker's
 page faults per run went from about 50,000 to 25,000 and its MB/s up about 9 % (7 alternating
-runs each, medians 158 -> 175), and the same peak RSS (165-180 MB), since ``trim_periodically`` still gives free pages back
-every ``TRIM_INTERVAL_S``.
+runs each, medians 158 -> 175), with the same peak RSS (165-180 MB): ``trim_periodically``
+still gives free pages back every ``TRIM_INTERVAL_S``.
 """
 
 from __future__ import annotations
