@@ -38,11 +38,22 @@ def support_module_env() -> dict[str, str]:
     return env
 
 
+_HANDED_OUT: set[int] = set()
+"""Ports free_port() returned in this test run: a port picked but not yet bound (a cluster picks
+all its ports before its first broker starts) is free again in the kernel's eyes, and it may hand
+it out twice."""
+
+
 def free_port() -> int:
-    """A loopback port nobody listens on right now (the kernel picks it, so parallel runs don't clash)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
+    """A loopback port nobody listens on right now and that no earlier call returned (the kernel
+    picks it, so parallel runs don't clash)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((HOST, 0))
+            port = int(s.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 class BrokerError(RuntimeError):

@@ -34,7 +34,6 @@ import atexit
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -45,6 +44,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from urllib.parse import quote, urlencode
+
+from tests.support.broker import free_port
 
 __all__ = ["FAKE_AWS_ENV", "MotoS3Server", "moto_s3_server"]
 
@@ -57,13 +58,6 @@ FAKE_AWS_ENV: dict[str, str] = {
 """Fake credentials a client of the moto server needs in its environment."""
 
 _START_ATTEMPTS = 3
-
-
-def _free_port() -> int:
-    """A port that was free a moment ago; start() retries if another process takes it."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class MotoS3Server:
@@ -101,7 +95,7 @@ class MotoS3Server:
             return self
         last_error = ""
         for _ in range(_START_ATTEMPTS):
-            port = _free_port()
+            port = free_port()
             if self._spawn(port):
                 atexit.register(self.stop)
                 return self

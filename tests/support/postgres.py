@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
@@ -18,17 +17,13 @@ from pathlib import Path
 
 import psycopg
 
+from tests.support.broker import free_port
+
 
 def postgres_bindir() -> Path | None:
     """The newest installed PostgreSQL's bin directory (Debian layout), or None."""
     candidates = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parent.parent.name))
     return candidates[-1].parent if candidates else None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class PostgresServer:
@@ -42,7 +37,7 @@ class PostgresServer:
         self.base = Path(tempfile.mkdtemp(prefix="shoal-pg-"))
         self.data = self.base / "data"
         self.log = self.base / "server.log"
-        self.port = _free_port()
+        self.port = free_port()
         os.chmod(self.base, 0o755)
         shutil.chown(self.base, "postgres", "postgres")
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
