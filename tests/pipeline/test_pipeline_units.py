@@ -315,3 +315,28 @@ def test_markers(tmp_path: Path) -> None:
     assert store.delete("q", below_batch=4) == 2
     assert store.previous("q", 3, 0) == [] and len(store.previous("q", 4, 0)) == 1
     assert store.delete("q") == 1
+
+
+# ----------------------------------------------------------------------------- read tasks
+
+
+def test_a_read_task_takes_what_is_alive_out_of_the_workers_collections() -> None:
+    """PySpark's daemon runs a full gc.collect() after each task; a read task freezes what is
+    alive when it starts (imports, mostly), so those collections skip it."""
+    import gc
+
+    from shoal.pipeline.source import _read
+
+    gc.unfreeze()
+    try:
+        assert gc.get_freeze_count() == 0
+        _read(parse_read_options({**BASE, "subscribe": "t"}, streaming=False), _Placeholder())
+        assert gc.get_freeze_count() > 1000
+    finally:
+        gc.unfreeze()
+
+
+class _Placeholder:
+    """Spark's placeholder partition of an empty read."""
+
+    value = None

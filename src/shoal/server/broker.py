@@ -23,6 +23,7 @@ from shoal.cluster.partition_control import PartitionControl
 from shoal.cluster.placement import group_partition, partition_owner
 from shoal.config import Config
 from shoal.groups.coordinator import GroupConfig, GroupCoordinator
+from shoal.memory import trim_periodically, tune_allocator
 from shoal.metadata.cache import MetadataCache
 from shoal.metadata.controller import Controller
 from shoal.metadata.image import MetadataImage
@@ -38,7 +39,6 @@ from shoal.server.context import ServerContext
 from shoal.server.dispatch import dispatch
 from shoal.server.frames import FrameConnection, start_frame_server
 from shoal.server.limits import ConnectionQuotas, RequestBudget, connection_overrides
-from shoal.server.memory import trim_periodically, tune_allocator
 from shoal.server.txn_marker_channel import TxnMarkerChannel
 from shoal.store.factory import Stores, object_storage_url, open_stores
 from shoal.txn.coordinator import TransactionCoordinator, TxnConfig

@@ -1,4 +1,5 @@
-"""Give memory back to the operating system after a burst (glibc only; elsewhere a no-op).
+"""Fewer page faults and memory given back after a burst: glibc tuning for the broker and for
+Spark tasks that read from storage (glibc only; elsewhere a no-op).
 
 glibc keeps freed memory in its heaps for reuse, so without help RSS stays near its peak
 after a load goes away (a flood of large requests, a burst of big fetch responses). Shoal
