@@ -214,7 +214,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compression", default="none", choices=("none", "gzip", "snappy", "lz4", "zstd"))
     p.add_argument("--master", default="local[2]", help="Spark master")
     p.add_argument(
-        "--repeat", type=int, default=2, help="Spark runs per phase (the best one is reported too)"
+        "--repeat",
+        type=int,
+        default=6,
+        help="Spark runs per phase (the best one is reported too; the JVM's JIT warms over the first runs)",
     )
     p.add_argument("--min-partitions", type=int, help="the source's minPartitions")
     p.add_argument("--max-bytes-per-partition", type=int, help="the source's shoal.maxBytesPerPartition")
