@@ -106,26 +106,44 @@ def _partitions(ranges: Sequence[ReadRange]) -> list[InputPartition]:
     return [InputPartition(r) for r in ranges]
 
 
-def _settle_worker() -> None:
-    """Ready this Python worker for reading megabytes: runs at the start of every read task.
+_worker_settled = False
+
+
+def _settle_worker() -> bool:
+    """Ready this Python worker for reading megabytes, once per worker process (workers are reused
+    across tasks); True for the task that does it.
 
     PySpark's daemon runs a full ``gc.collect()`` in the worker after every task. With pyspark,
     pyarrow and this package imported that walks some 85,000 objects, which took about 40% of the
     worker's CPU in a warm read of 400 MB in six tasks (2-core VM, perf). ``gc.freeze()`` moves
-    what is alive now (modules, mostly) to the permanent generation, out of those walks; it is
-    cheap, and what a task allocates is still collected. glibc gets the broker's thresholds
-    (``shoal.memory``) so object chunks and column buffers of megabytes stop being fresh
-    mappings page-faulted in for every use."""
+    what is alive now (modules, mostly) to the permanent generation, out of those walks; what tasks
+    allocate later is still collected. The first task freezes again when it ends (``_frozen_after``),
+    to take in what reading imported and cached on first use. Not at every task: frozen objects that
+    later become garbage in a reference cycle are never freed, so a long streaming query would leak
+    each task's cyclic leftovers; the first task's are a one-off. glibc gets the broker's thresholds
+    (``shoal.memory``) so object chunks and column buffers of megabytes stop being fresh mappings
+    page-faulted in for every use."""
+    global _worker_settled
+    if _worker_settled:
+        return False
+    _worker_settled = True
     gc.freeze()
     tune_allocator()
+    return True
+
+
+def _frozen_after(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    yield from batches
+    gc.freeze()
 
 
 def _read(opts: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-    _settle_worker()
+    first = _settle_worker()
     rng = partition.value
     if rng is None:  # Spark's placeholder partition of an empty read
         return iter(())
-    return scan_range(opts, rng)
+    batches = scan_range(opts, rng)
+    return _frozen_after(batches) if first else batches
 
 
 class ShoalDataSource(DataSource):
