@@ -26,9 +26,6 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
-import logging
-
-log = logging.getLogger(__name__)
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3

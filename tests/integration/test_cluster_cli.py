@@ -522,4 +522,5 @@ def test_a_broker_whose_metrics_port_is_taken_exits_1_naming_it(tmp_path: Path) 
         )
     assert done.returncode == 1, done.stderr
     assert f"cannot serve metrics on 127.0.0.1:{metrics} (metrics.http.host, metrics.http.port)" in done.stderr
-    assert "Shoal broker 1 stopped" in done.stderr
+    error = done.stderr.index("fatal error during broker startup")
+    assert done.stderr.index("Shoal broker 1 stopped") > error, "the cause comes before the shutdown lines"

@@ -345,6 +345,22 @@ def test_a_read_task_takes_what_is_alive_out_of_the_workers_collections(
         gc.unfreeze()
 
 
+def test_the_first_read_task_freezes_again_when_it_ends() -> None:
+    """What reading imported and cached on first use joins the frozen objects."""
+    import gc
+
+    from shoal.pipeline import source
+
+    gc.unfreeze()
+    try:
+        batches = source._frozen_after(iter(()))
+        assert gc.get_freeze_count() == 0, "nothing happens before the task's batches are read"
+        assert list(batches) == []
+        assert gc.get_freeze_count() > 1000
+    finally:
+        gc.unfreeze()
+
+
 class _Placeholder:
     """Spark's placeholder partition of an empty read."""
 

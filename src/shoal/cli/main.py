@@ -78,8 +78,8 @@ def _run(raw: dict[str, str]) -> NoReturn:
         code = 1
     except SystemExit as exc:  # a fatal error stopped the broker
         code = exc.code if isinstance(exc.code, int) else 1
-    except OSError as exc:  # e.g. a port in use: Kafka's "Fatal error during KafkaServer startup"
-        logging.getLogger("shoal.server.broker").error("fatal error during broker startup: %s", exc)
+    except OSError as exc:  # while serving; one during startup is reported by _serve
+        logging.getLogger("shoal.server.broker").error("fatal error: %s", exc)
         code = 1
     # The broker used obstore: end without the interpreter's shutdown (``process_exit``).
     exit_without_finalizing(code)
@@ -95,10 +95,14 @@ async def _serve(config: Config) -> None:
         loop.add_signal_handler(sig, stop.set)
     try:
         await broker.start()
-    except BaseException:
+    except BaseException as exc:
+        if isinstance(exc, OSError):  # e.g. a port in use: Kafka's "Fatal error during KafkaServer startup"
+            logging.getLogger("shoal.server.broker").error("fatal error during broker startup: %s", exc)
         # What started (its registration, heartbeats, background tasks, threads) is stopped before
         # the error ends the process: left behind, those tasks kept the event loop from closing.
         await wait_for(broker.stop(), STARTUP_FAILURE_STOP_S)
+        if isinstance(exc, OSError):
+            raise SystemExit(1) from None
         raise
     stopped = asyncio.ensure_future(stop.wait())
     fatal = asyncio.ensure_future(broker.fatal.wait())
