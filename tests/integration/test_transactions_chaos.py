@@ -84,13 +84,59 @@ class Supervisor(threading.Thread):
         self.join(30)
 
 
-def committed_total(bootstrap: str) -> int:
+def committed_offsets(bootstrap: str) -> list[int]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP, "enable.auto.commit": False})
     try:
         offsets = consumer.committed([TopicPartition(SOURCE, p) for p in range(PARTITIONS)], timeout=10)
-        return sum(max(tp.offset, 0) for tp in offsets)
+        return [max(tp.offset, 0) for tp in offsets]
     finally:
         consumer.close()
+
+
+def committed_total(bootstrap: str) -> int:
+    return sum(committed_offsets(bootstrap))
+
+
+def sink_layout(bootstrap: str) -> str:
+    """Each sink partition read uncommitted, as runs of source records by offset
+    (``p2 @201: r-00602..r-00998 x200``): where a record went missing, for a failed check."""
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": f"layout-{time.monotonic_ns()}",
+        "isolation.level": "read_uncommitted", "enable.auto.commit": False,
+    })
+    consumer.assign([TopicPartition(SINK, p, 0) for p in range(PARTITIONS)])
+    runs: dict[int, list[list]] = {p: [] for p in range(PARTITIONS)}
+    quiet_until, deadline = time.monotonic() + 3, time.monotonic() + 30
+    while time.monotonic() < min(quiet_until, deadline):
+        m = consumer.poll(0.2)
+        if m is None or m.error():
+            continue
+        quiet_until = time.monotonic() + 3
+        value = (m.value() or b"").decode(errors="replace")
+        last = runs[m.partition()][-1] if runs[m.partition()] else None
+        if last is not None and last[3] == m.offset() - 1 and _number(value) == _number(last[2]) + PARTITIONS:
+            last[2], last[3], last[4] = value, m.offset(), last[4] + 1
+        else:
+            runs[m.partition()].append([m.offset(), value, value, m.offset(), 1])
+    consumer.close()
+    return "\n".join(
+        f"p{p} @{first}: {a}..{b} x{n}" for p, rs in runs.items() for first, a, b, _, n in rs
+    )
+
+
+def _number(value: str) -> int:
+    return int(value[-5:]) if value[-5:].isdigit() else -10
+
+
+def loop_logs(log_dir: Path) -> str:
+    """The loop processes' transactions and errors (their librdkafka debug lines left out)."""
+    out = []
+    for path in sorted(log_dir.glob("loop-*.log")):
+        lines = path.read_text(errors="replace").splitlines()
+        kept = [ln for ln in lines if not ln.startswith("%7|")]
+        out.append(f"--- {path.name}: {len(lines)} lines, last transactions and errors:")
+        out.extend(kept[-40:])
+    return "\n".join(out)
 
 
 def read_sink(bootstrap: str) -> list[bytes]:
@@ -160,6 +206,10 @@ def test_consume_transform_produce_is_exactly_once_through_sigkills(
     duplicated = {v: n for v, n in seen.items() if n > 1}
     unexplained = [v for v in seen if v not in set(produced)]
     print(f"{sink_kind} sink: loop processes: {loop.starts}; torn: {len(torn)}; duplicated: {len(duplicated)}; unexplained: {len(unexplained)}")
+    if torn or duplicated or unexplained:
+        committed = committed_offsets(cluster.bootstrap)
+        print(f"committed offsets: {committed}\nsink read uncommitted:\n{sink_layout(cluster.bootstrap)}")
+        print(loop_logs(tmp_path))
     assert loop.starts >= 2
     assert not torn, f"{len(torn)} committed records of the source never reached the sink: {torn[:5]}"
     assert not duplicated, f"{len(duplicated)} records read twice (aborted reads): {list(duplicated.items())[:5]}"

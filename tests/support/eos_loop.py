@@ -15,7 +15,7 @@ import argparse
 import sys
 import time
 
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 
 
 def main(argv: list[str]) -> int:
@@ -35,6 +35,9 @@ def main(argv: list[str]) -> int:
     producer = Producer({
         "bootstrap.servers": args.bootstrap, "transactional.id": args.transactional_id,
         "transaction.timeout.ms": 10000, "linger.ms": 5, "message.timeout.ms": 10000,
+        # The transaction manager's log (EndTxn, AddPartitionsToTxn, retries) goes to this process's
+        # log: what a failed exactly-once check is read against.
+        "debug": "eos",
     })
     try:
         producer.init_transactions(60)
@@ -50,14 +53,27 @@ def main(argv: list[str]) -> int:
             producer.begin_transaction()
             for m in messages:
                 producer.produce(args.sink, key=m.key(), value=b"out:" + m.value(), partition=m.partition())
-            producer.send_offsets_to_transaction(
-                consumer.position(consumer.assignment()), consumer.consumer_group_metadata(), 30
-            )
+            positions = consumer.position(consumer.assignment())
+            print(f"transaction of {_ranges(messages)}, offsets {_offsets(positions)}", flush=True)
+            producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 30)
             producer.commit_transaction(30)
             print(f"committed {len(messages)}", flush=True)
     except KafkaException as exc:
         print(f"loop failed: {exc}", file=sys.stderr, flush=True)
         return 2
+
+
+def _ranges(messages: list[Message]) -> str:
+    """``p2:200-399 p0:...``: the source offsets one transaction carries, per partition."""
+    spans: dict[int, list[int]] = {}
+    for m in messages:
+        first_last = spans.setdefault(m.partition(), [m.offset(), m.offset()])
+        first_last[1] = m.offset()
+    return " ".join(f"p{p}:{a}-{b}" for p, (a, b) in sorted(spans.items()))
+
+
+def _offsets(positions: list[TopicPartition]) -> str:
+    return " ".join(f"p{tp.partition}:{tp.offset}" for tp in sorted(positions, key=lambda tp: tp.partition))
 
 
 if __name__ == "__main__":
