@@ -219,12 +219,13 @@ async def test_a_new_coordinator_finishes_a_prepared_commit_and_fences_the_old_o
         await settle(new)
         assert {(m.partition, m.commit, m.coordinator_epoch) for m in healthy.sent} == {(0, True, 9), (1, True, 9)}
         assert new.describe(TID)[1].state == COMPLETE_COMMIT  # type: ignore[union-attr]
-        # The old coordinator's stale view writes nothing: its next transition is refused.
-        assert await old.add_partitions(TID, pid, epoch, [("b", 0)]) == ErrorCode.concurrent_transactions
+        # The old coordinator answers from the store, not from its cache (still PrepareCommit): the
+        # producer's next transaction begins there.
+        assert await old.add_partitions(TID, pid, epoch, [("b", 0)]) == ErrorCode.none
         stuck.answer = ErrorCode.none
-        await asyncio.sleep(0.3)  # its marker loop ends and tries to complete: the CAS refuses it
-        assert old.describe(TID)[1].state == COMPLETE_COMMIT  # type: ignore[union-attr]  # re-read from the store
-        assert new_store.get(TID).state == COMPLETE_COMMIT  # type: ignore[union-attr]
+        await asyncio.sleep(0.3)  # its marker loop ends: the transaction it prepared is over, it writes nothing
+        txn = new_store.get(TID)
+        assert txn is not None and txn.state == ONGOING and txn.partitions == (("b", 0),)
     finally:
         await old.close()
         await new.close()
@@ -253,6 +254,64 @@ async def test_resync_finishes_what_a_stale_owner_prepared_and_dropped(tmp_path:
         assert [(m.topic, m.commit, m.coordinator_epoch) for m in new_markers.sent] == [("a", True, 9)]
         assert new_store.get(TID).state == COMPLETE_COMMIT  # type: ignore[union-attr]
         assert await new.resync() == 0
+    finally:
+        await old.close()
+        await new.close()
+        old_store.close()
+        new_store.close()
+
+
+async def test_a_stale_cache_never_answers_the_next_transaction(tmp_path: Path, clock: Clock) -> None:
+    """Both brokers act for the partition for a moment. The new owner loaded the transaction while
+    it was Ongoing; the old one then prepared its commit. The producer's next transaction adds the
+    same partitions at the new owner: it must not be told they are in (its offsets would join the
+    ended transaction on the group coordinator, and that transaction's commit marker would make
+    them visible without their records). The store holds a prepared commit: CONCURRENT_TRANSACTIONS."""
+    old_markers, new_markers = Markers(), Markers()
+    old_markers.answer = ErrorCode.not_leader_or_follower
+    old, old_store = make_coordinator(tmp_path, old_markers, clock)
+    new, new_store = make_coordinator(tmp_path, new_markers, clock)
+    try:
+        await old.set_ownership(lambda p: True, 3)
+        _, pid, epoch = await old.init_producer_id(TID, 60_000)
+        await old.add_partitions(TID, pid, epoch, [("a", 0)])
+        await old.add_offsets(TID, pid, epoch, "group-1")
+        await new.set_ownership(lambda p: True, 9)  # caches Ongoing
+        assert await old.end_transaction(TID, pid, epoch, commit=True) == ErrorCode.none
+        assert await new.add_partitions(TID, pid, epoch, [("a", 0)]) == ErrorCode.concurrent_transactions
+        assert await new.add_offsets(TID, pid, epoch, "group-1") == ErrorCode.concurrent_transactions
+        await settle(new)  # it took the prepared commit over from the store and finished it
+        assert new_store.get(TID).state == COMPLETE_COMMIT  # type: ignore[union-attr]
+        assert await new.add_partitions(TID, pid, epoch, [("a", 0)]) == ErrorCode.none
+        assert new_store.get(TID).state == ONGOING  # type: ignore[union-attr]
+    finally:
+        await old.close()
+        await new.close()
+        old_store.close()
+        new_store.close()
+
+
+async def test_a_stale_cache_never_answers_end_txn_or_fences_a_newer_epoch(tmp_path: Path, clock: Clock) -> None:
+    """The new owner cached a completed commit; the old one then began the next transaction and a
+    new producer epoch. An EndTxn of that transaction is no retry of the completed one: it
+    commits it. A producer with the newer epoch is not fenced by the older cached one."""
+    old_markers, new_markers = Markers(), Markers()
+    old, old_store = make_coordinator(tmp_path, old_markers, clock)
+    new, new_store = make_coordinator(tmp_path, new_markers, clock)
+    try:
+        await old.set_ownership(lambda p: True, 3)
+        _, pid, epoch = await old.init_producer_id(TID, 60_000)
+        await old.add_partitions(TID, pid, epoch, [("a", 0)])
+        assert await old.end_transaction(TID, pid, epoch, commit=True) == ErrorCode.none
+        await settle(old)
+        await new.set_ownership(lambda p: True, 9)  # caches CompleteCommit
+        assert await old.add_partitions(TID, pid, epoch, [("b", 1)]) == ErrorCode.none
+        assert await new.end_transaction(TID, pid, epoch, commit=True) == ErrorCode.none
+        await settle(new)
+        assert [(m.topic, m.partition, m.commit, m.coordinator_epoch) for m in new_markers.sent] == [("b", 1, True, 9)]
+        assert new_store.get(TID).state == COMPLETE_COMMIT  # type: ignore[union-attr]
+        assert (await old.init_producer_id(TID, 60_000))[0] == ErrorCode.none  # epoch + 1, in the store
+        assert await new.add_partitions(TID, pid, epoch + 1, [("a", 0)]) == ErrorCode.none
     finally:
         await old.close()
         await new.close()

@@ -238,6 +238,26 @@ class TransactionCoordinator:
         self._txns[transactional_id] = record  # type: ignore[assignment]
         self._finish_if_prepared(record)  # type: ignore[arg-type]
 
+    async def _current(self, transactional_id: str) -> StoredTransaction | None:
+        """The id's record as the store holds it now, served from here on. Every answer to a client
+        starts from it, not from this broker's cache: while ownership moves two brokers may both
+        act for a partition, and a cached Ongoing that the other one has since prepared would
+        answer the next transaction's AddPartitionsToTxn with NONE without writing anything. The
+        client's offsets would then join that transaction on the group coordinator, and the
+        previous transaction's commit marker would make them visible with none of the records
+        (the torn transaction the exactly-once chaos test caught). The client only sends its next
+        request after the previous answer, so a read at the start sees what came before it."""
+        try:
+            record: StoredTransaction | None = await self._run_blocking(self._store.get, transactional_id)  # type: ignore[assignment]
+        except Exception as exc:
+            raise KafkaError(ErrorCode.coordinator_not_available, f"the transaction store is unavailable: {exc}") from exc
+        if record is None:
+            self._txns.pop(transactional_id, None)
+        elif record != self._txns.get(transactional_id):
+            self._txns[transactional_id] = record
+            self._finish_if_prepared(record)
+        return record
+
     def _finish_if_prepared(self, record: StoredTransaction) -> None:
         """A prepared transaction this broker owns gets its markers sent, once."""
         tid = record.transactional_id
@@ -298,7 +318,7 @@ class TransactionCoordinator:
         error = self._check_owned(transactional_id)
         if error is not None:
             return error, -1, -1
-        current = self._txns.get(transactional_id)
+        current = await self._current(transactional_id)
         stored = current
         if current is None:
             current = transit.new_transaction(transactional_id, await self._next_producer_id(), timeout_ms, self._now_ms())
@@ -357,6 +377,7 @@ class TransactionCoordinator:
                 error = self._check_owned(transactional_id)
                 if error is not None:
                     return error
+                await self._current(transactional_id)
                 current = self._validate(transactional_id, producer_id, producer_epoch)
                 if current.state == ONGOING and set(wanted) <= set(current.partitions):
                     return ErrorCode.none
@@ -400,7 +421,10 @@ class TransactionCoordinator:
             error = self._check_owned(transactional_id)
             if error is not None:
                 return error
-            current = self._txns.get(transactional_id)
+            try:
+                current = await self._current(transactional_id)
+            except KafkaError as exc:
+                return exc.code
             if current is None or current.producer_id != producer_id:
                 return ErrorCode.invalid_producer_id_mapping
             if producer_epoch != current.producer_epoch:
