@@ -222,8 +222,11 @@ async def test_a_new_coordinator_finishes_a_prepared_commit_and_fences_the_old_o
         # The old coordinator answers from the store, not from its cache (still PrepareCommit): the
         # producer's next transaction begins there.
         assert await old.add_partitions(TID, pid, epoch, [("b", 0)]) == ErrorCode.none
+        sent = len(stuck.sent)
         stuck.answer = ErrorCode.none
         await asyncio.sleep(0.3)  # its marker loop ends: the transaction it prepared is over, it writes nothing
+        # No late marker either: one landing after the next transaction's TxnOffsetCommit would settle it.
+        assert len(stuck.sent) == sent
         txn = new_store.get(TID)
         assert txn is not None and txn.state == ONGOING and txn.partitions == (("b", 0),)
     finally:

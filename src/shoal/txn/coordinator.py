@@ -463,6 +463,14 @@ class TransactionCoordinator:
         delay = 0.02
         attempts = 0
         while remaining:
+            if attempts and not await self._still_prepared(prepared):
+                # Another coordinator finished it (ownership moved meanwhile): a late marker from
+                # here could land after the producer's next TxnOffsetCommit and settle those offsets.
+                log.info(
+                    "markers of %s (producer %d, epoch %d) no longer sent from here: the transaction was completed "
+                    "elsewhere", prepared.transactional_id, prepared.producer_id, prepared.producer_epoch,
+                )
+                return
             sends = [
                 MarkerSend(topic, partition, prepared.producer_id, prepared.producer_epoch, coordinator_epoch, commit,
                            prepared.client_transaction_version)
@@ -508,6 +516,14 @@ class TransactionCoordinator:
             "committed" if commit else "aborted", prepared.transactional_id, prepared.producer_id,
             prepared.producer_epoch, len(prepared.partitions),
         )
+
+    async def _still_prepared(self, prepared: StoredTransaction) -> bool:
+        """Does the store still hold ``prepared``? (True when it cannot say: keep trying.)"""
+        try:
+            record = await self._run_blocking(self._store.get, prepared.transactional_id)
+        except Exception:
+            return True
+        return record is not None and _same_transaction(record, prepared)  # type: ignore[arg-type]
 
     def _retry_completion(self, transactional_id: str) -> None:
         current = self._txns.get(transactional_id)
