@@ -150,6 +150,14 @@ def test_markers_on_a_single_broker(broker: BrokerProcess, topic_name: str) -> N
     assert write_markers(broker.port, [(1001, 0, True, 4, {topic_name: [0]})]) == {
         (1001, topic_name, 0): TRANSACTION_COORDINATOR_FENCED
     }
+    # So is a group marker's: a deposed coordinator's late one is refused (Kafka checks it on the
+    # __consumer_offsets partition's producer state).
+    assert write_markers(broker.port, [(1000, 0, True, 5, {"__consumer_offsets": [0]})]) == {
+        (1000, "__consumer_offsets", 0): NONE
+    }
+    assert write_markers(broker.port, [(1000, 0, True, 4, {"__consumer_offsets": [0]})]) == {
+        (1000, "__consumer_offsets", 0): TRANSACTION_COORDINATOR_FENCED
+    }
     # v2 carries the transaction version: a TV2 marker carries the bumped epoch (offset 5), and
     # one behind it is INVALID_PRODUCER_EPOCH.
     assert write_markers(broker.port, [(1000, 1, True, 0, {topic_name: [0]})], version=2, transaction_version=2) == {

@@ -20,6 +20,7 @@ from kio.schema.txn_offset_commit import v3 as txn_v3
 from kio.schema.txn_offset_commit import v5 as txn_v5
 
 from shoal.groups.coordinator import GroupCoordinator, OffsetCommitEntry
+from shoal.groups.marker_fence import MarkerEpochs
 from shoal.metadata.image import MetadataImage, PartitionImage, TopicImage
 from shoal.protocol.apis import ApiKey, RequestHeader, decode_response, encode_response
 from shoal.protocol.errors import ErrorCode as E
@@ -472,3 +473,20 @@ async def test_offset_fetch_handler_honours_require_stable(env: Env) -> None:
         (group,) = response.groups
         assert group.error_code is E.none
         assert parts(group.topics) == {("t", 0): first, ("t", 1): (6, E.none)}
+
+
+def test_a_deposed_coordinators_late_group_marker_is_fenced() -> None:
+    """Kafka's checkCoordinatorEpoch on __consumer_offsets: once a marker of coordinator epoch 9
+    settled a producer's offsets in a partition, one of epoch 3 is refused; other partitions and
+    producers are not affected, and the memory stays bounded."""
+    fence = MarkerEpochs(max_remembered=2)
+    assert not fence.fenced(4, 1000, 3)
+    fence.applied(4, 1000, 9)
+    assert fence.fenced(4, 1000, 3)
+    assert not fence.fenced(4, 1000, 9) and not fence.fenced(4, 1000, 10)
+    assert not fence.fenced(5, 1000, 3) and not fence.fenced(4, 1001, 3)
+    fence.applied(4, 1000, 3)  # never moves back
+    assert fence.fenced(4, 1000, 8)
+    fence.applied(5, 1000, 1)
+    fence.applied(6, 1000, 1)  # the oldest entry is forgotten
+    assert not fence.fenced(4, 1000, 3)

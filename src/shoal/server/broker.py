@@ -23,6 +23,7 @@ from shoal.cluster.partition_control import PartitionControl
 from shoal.cluster.placement import group_partition, partition_owner
 from shoal.config import Config
 from shoal.groups.coordinator import GroupConfig, GroupCoordinator
+from shoal.groups.marker_fence import MarkerEpochs
 from shoal.memory import trim_periodically, tune_allocator
 from shoal.metadata.cache import MetadataCache
 from shoal.metadata.controller import Controller
@@ -84,6 +85,7 @@ class Broker:
         self.ctx: ServerContext | None = None
         self._storage: ObjectStorage | None = None
         self._groups: GroupCoordinator | None = None
+        self._marker_epochs = MarkerEpochs()  # fences a deposed transaction coordinator's late group markers
         self._transactions: TransactionCoordinator | None = None
         self._marker_channel: TxnMarkerChannel | None = None
         self._metrics_server: MetricsServer | None = None
@@ -275,10 +277,14 @@ class Broker:
         assert self._groups is not None and self.ctx is not None
         if not self._owns_partition(self.ctx.image)(partition):
             return ErrorCode.not_leader_or_follower
+        if self._marker_epochs.fenced(partition, marker.producer_id, marker.coordinator_epoch):
+            return ErrorCode.transaction_coordinator_fenced
         offsets_partitions = self.config["offsets.topic.num.partitions"]
         error = await self._groups.complete_transaction(
             marker.producer_id, marker.commit, lambda group_id: group_partition(group_id, offsets_partitions) == partition
         )
+        if error == ErrorCode.none:
+            self._marker_epochs.applied(partition, marker.producer_id, marker.coordinator_epoch)
         # A group moving or loading, or the store failing: the coordinator retries (as KafkaApis
         # answers a marker for a partition it cannot complete now).
         return ErrorCode.not_leader_or_follower if error in _GROUP_MARKER_RETRIABLE else error
