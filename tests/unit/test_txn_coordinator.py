@@ -6,7 +6,8 @@ coordinator taking over a prepared transaction from the store."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,9 @@ from shoal.store.transactions import (
     ONGOING,
     PREPARE_COMMIT,
 )
-from shoal.txn.coordinator import GROUP_METADATA_TOPIC, MarkerSend, TransactionCoordinator, TxnConfig
+from shoal.txn.config import TxnConfig
+from shoal.txn.coordinator import TransactionCoordinator
+from shoal.txn.markers import GROUP_METADATA_TOPIC, MarkerSend
 
 TID = "txn-a"
 
@@ -64,6 +67,23 @@ def make_coordinator(
         store, run_inline, TxnConfig(state_partitions=3, offsets_partitions=5, **config), next_id, markers, now_ms=clock
     )
     return coordinator, store
+
+
+@contextlib.asynccontextmanager
+async def two_coordinators(
+    path: Path, clock: Clock, old_markers: Markers, new_markers: Markers
+) -> AsyncIterator[tuple[TransactionCoordinator, TransactionCoordinator, SqliteTransactionStore]]:
+    """Two brokers' coordinators on one transaction store (ownership moving from ``old`` to
+    ``new``): both, and the new one's store handle to check what is durable."""
+    old, old_store = make_coordinator(path, old_markers, clock)
+    new, new_store = make_coordinator(path, new_markers, clock)
+    try:
+        yield old, new, new_store
+    finally:
+        await old.close()
+        await new.close()
+        old_store.close()
+        new_store.close()
 
 
 @pytest.fixture
@@ -205,9 +225,7 @@ async def test_a_new_coordinator_finishes_a_prepared_commit_and_fences_the_old_o
 ) -> None:
     stuck, healthy = Markers(), Markers()
     stuck.answer = ErrorCode.not_leader_or_follower  # the old coordinator's markers never land
-    old, old_store = make_coordinator(tmp_path, stuck, clock)
-    new, new_store = make_coordinator(tmp_path, healthy, clock)
-    try:
+    async with two_coordinators(tmp_path, clock, stuck, healthy) as (old, new, new_store):
         await old.set_ownership(lambda p: True, 3)
         _, pid, epoch = await old.init_producer_id(TID, 60_000)
         await old.add_partitions(TID, pid, epoch, [("a", 0), ("a", 1)])
@@ -229,11 +247,6 @@ async def test_a_new_coordinator_finishes_a_prepared_commit_and_fences_the_old_o
         assert len(stuck.sent) == sent
         txn = new_store.get(TID)
         assert txn is not None and txn.state == ONGOING and txn.partitions == (("b", 0),)
-    finally:
-        await old.close()
-        await new.close()
-        old_store.close()
-        new_store.close()
 
 
 async def test_resync_finishes_what_a_stale_owner_prepared_and_dropped(tmp_path: Path, clock: Clock) -> None:
@@ -242,9 +255,7 @@ async def test_resync_finishes_what_a_stale_owner_prepared_and_dropped(tmp_path:
     of the store takes the prepared record and sends the markers."""
     old_markers, new_markers = Markers(), Markers()
     old_markers.answer = ErrorCode.not_leader_or_follower
-    old, old_store = make_coordinator(tmp_path, old_markers, clock)
-    new, new_store = make_coordinator(tmp_path, new_markers, clock)
-    try:
+    async with two_coordinators(tmp_path, clock, old_markers, new_markers) as (old, new, new_store):
         await old.set_ownership(lambda p: True, 3)
         _, pid, epoch = await old.init_producer_id(TID, 60_000)
         await old.add_partitions(TID, pid, epoch, [("a", 0)])
@@ -257,11 +268,6 @@ async def test_resync_finishes_what_a_stale_owner_prepared_and_dropped(tmp_path:
         assert [(m.topic, m.commit, m.coordinator_epoch) for m in new_markers.sent] == [("a", True, 9)]
         assert new_store.get(TID).state == COMPLETE_COMMIT  # type: ignore[union-attr]
         assert await new.resync() == 0
-    finally:
-        await old.close()
-        await new.close()
-        old_store.close()
-        new_store.close()
 
 
 async def test_a_stale_cache_never_answers_the_next_transaction(tmp_path: Path, clock: Clock) -> None:
@@ -272,9 +278,7 @@ async def test_a_stale_cache_never_answers_the_next_transaction(tmp_path: Path, 
     them visible without their records). The store holds a prepared commit: CONCURRENT_TRANSACTIONS."""
     old_markers, new_markers = Markers(), Markers()
     old_markers.answer = ErrorCode.not_leader_or_follower
-    old, old_store = make_coordinator(tmp_path, old_markers, clock)
-    new, new_store = make_coordinator(tmp_path, new_markers, clock)
-    try:
+    async with two_coordinators(tmp_path, clock, old_markers, new_markers) as (old, new, new_store):
         await old.set_ownership(lambda p: True, 3)
         _, pid, epoch = await old.init_producer_id(TID, 60_000)
         await old.add_partitions(TID, pid, epoch, [("a", 0)])
@@ -287,11 +291,6 @@ async def test_a_stale_cache_never_answers_the_next_transaction(tmp_path: Path, 
         assert new_store.get(TID).state == COMPLETE_COMMIT  # type: ignore[union-attr]
         assert await new.add_partitions(TID, pid, epoch, [("a", 0)]) == ErrorCode.none
         assert new_store.get(TID).state == ONGOING  # type: ignore[union-attr]
-    finally:
-        await old.close()
-        await new.close()
-        old_store.close()
-        new_store.close()
 
 
 async def test_a_stale_cache_never_answers_end_txn_or_fences_a_newer_epoch(tmp_path: Path, clock: Clock) -> None:
@@ -299,9 +298,7 @@ async def test_a_stale_cache_never_answers_end_txn_or_fences_a_newer_epoch(tmp_p
     new producer epoch. An EndTxn of that transaction is no retry of the completed one: it
     commits it. A producer with the newer epoch is not fenced by the older cached one."""
     old_markers, new_markers = Markers(), Markers()
-    old, old_store = make_coordinator(tmp_path, old_markers, clock)
-    new, new_store = make_coordinator(tmp_path, new_markers, clock)
-    try:
+    async with two_coordinators(tmp_path, clock, old_markers, new_markers) as (old, new, new_store):
         await old.set_ownership(lambda p: True, 3)
         _, pid, epoch = await old.init_producer_id(TID, 60_000)
         await old.add_partitions(TID, pid, epoch, [("a", 0)])
@@ -315,8 +312,3 @@ async def test_a_stale_cache_never_answers_end_txn_or_fences_a_newer_epoch(tmp_p
         assert new_store.get(TID).state == COMPLETE_COMMIT  # type: ignore[union-attr]
         assert (await old.init_producer_id(TID, 60_000))[0] == ErrorCode.none  # epoch + 1, in the store
         assert await new.add_partitions(TID, pid, epoch + 1, [("a", 0)]) == ErrorCode.none
-    finally:
-        await old.close()
-        await new.close()
-        old_store.close()
-        new_store.close()

@@ -15,7 +15,7 @@ from typing import Any
 from shoal.partitions.api import AppendOutcome, PartitionRef, ProduceOptions, TxnMarker, ValidatedRecords
 from shoal.protocol.errors import ErrorCode, KafkaError
 from shoal.records.batch import BatchHeader
-from shoal.txn.coordinator import GROUP_METADATA_TOPIC
+from shoal.txn.markers import GROUP_METADATA_TOPIC
 
 __all__ = ["GROUP_METADATA_TOPIC", "GroupMarkers", "TransactionGate", "VerifyTransaction"]
 

@@ -42,7 +42,8 @@ from shoal.server.frames import FrameConnection, start_frame_server
 from shoal.server.limits import ConnectionQuotas, RequestBudget, connection_overrides
 from shoal.server.txn_marker_channel import TxnMarkerChannel
 from shoal.store.factory import Stores, object_storage_url, open_stores
-from shoal.txn.coordinator import TransactionCoordinator, TxnConfig
+from shoal.txn.config import TxnConfig
+from shoal.txn.coordinator import TransactionCoordinator
 from shoal.txn.producer_ids import ProducerIdManager
 from shoal.txn.verification import TransactionVerifier
 

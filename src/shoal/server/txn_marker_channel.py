@@ -24,7 +24,7 @@ from shoal.partitions.api import TxnMarker
 from shoal.partitions.manager import Partitions
 from shoal.protocol.broker_client import BrokerClient, BrokerConnectionError
 from shoal.protocol.errors import ErrorCode
-from shoal.txn.coordinator import GROUP_METADATA_TOPIC, MarkerSend
+from shoal.txn.markers import GROUP_METADATA_TOPIC, MarkerSend
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from shoal.protocol.errors import ErrorCode, KafkaError
@@ -38,57 +38,19 @@ from shoal.store.transactions import (
     TransactionStore,
 )
 from shoal.txn import metadata as transit
+from shoal.txn.config import TxnConfig
+from shoal.txn.markers import (
+    GROUP_METADATA_TOPIC,
+    MARKER_RETRY_LOG_EVERY,
+    MARKER_RETRY_MAX_S,
+    MARKERS_FENCED,
+    MarkerSend,
+    SendMarkers,
+)
 
 log = logging.getLogger(__name__)
 
-#: Kafka's internal offsets topic: AddOffsetsToTxn adds the group's partition of it.
-GROUP_METADATA_TOPIC = "__consumer_offsets"
-#: How often markers that failed (leader moving, replicas catching up) are sent again, at most.
-MARKER_RETRY_MAX_S = 1.0
-#: Markers still failing are logged every this many attempts (about every 10 s).
-MARKER_RETRY_LOG_EVERY = 10
 _INT32_MAX = 2**31 - 1
-
-
-@dataclass(frozen=True, slots=True)
-class TxnConfig:
-    state_partitions: int = 50
-    offsets_partitions: int = 50
-    max_timeout_ms: int = 900_000
-    id_expiration_ms: int = 604_800_000
-    abort_interval_ms: int = 10_000
-    expire_interval_ms: int = 3_600_000
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, object]) -> TxnConfig:
-        return cls(
-            state_partitions=int(config["transaction.state.log.num.partitions"]),  # type: ignore[call-overload]
-            offsets_partitions=int(config["offsets.topic.num.partitions"]),  # type: ignore[call-overload]
-            max_timeout_ms=int(config["transaction.max.timeout.ms"]),  # type: ignore[call-overload]
-            id_expiration_ms=int(config["transactional.id.expiration.ms"]),  # type: ignore[call-overload]
-            abort_interval_ms=int(config["transaction.abort.timed.out.transaction.cleanup.interval.ms"]),  # type: ignore[call-overload]
-            expire_interval_ms=int(config["transaction.remove.expired.transaction.cleanup.interval.ms"]),  # type: ignore[call-overload]
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class MarkerSend:
-    """One partition's marker, for ``send_markers``."""
-
-    topic: str
-    partition: int
-    producer_id: int
-    producer_epoch: int
-    coordinator_epoch: int
-    commit: bool
-    transaction_version: int
-
-
-SendMarkers = Callable[[Sequence[MarkerSend]], Awaitable[list[ErrorCode]]]
-
-#: Marker errors after which this coordinator stops sending: a newer producer epoch or a newer
-#: coordinator took over (Kafka's TransactionMarkerRequestCompletionHandler).
-_MARKERS_FENCED = frozenset({ErrorCode.invalid_producer_epoch, ErrorCode.transaction_coordinator_fenced})
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,17 +188,19 @@ class TransactionCoordinator:
             raise KafkaError(ErrorCode.not_coordinator, f"transactional id {new.transactional_id} moved on elsewhere")
         self._txns[new.transactional_id] = new
 
-    async def _reload(self, transactional_id: str) -> None:
+    async def _read(self, transactional_id: str) -> StoredTransaction | None:
+        """The id's record in the store; COORDINATOR_NOT_AVAILABLE when the store cannot be read."""
         try:
-            record = await self._run_blocking(self._store.get, transactional_id)
-        except Exception:
+            return await self._run_blocking(self._store.get, transactional_id)  # type: ignore[return-value]
+        except Exception as exc:
+            raise KafkaError(ErrorCode.coordinator_not_available, f"the transaction store is unavailable: {exc}") from exc
+
+    async def _reload(self, transactional_id: str) -> None:
+        """Serve what the store holds (nothing, when it cannot be read)."""
+        try:
+            await self._current(transactional_id)
+        except KafkaError:
             self._txns.pop(transactional_id, None)
-            return
-        if record is None:
-            self._txns.pop(transactional_id, None)
-            return
-        self._txns[transactional_id] = record  # type: ignore[assignment]
-        self._finish_if_prepared(record)  # type: ignore[arg-type]
 
     async def _current(self, transactional_id: str) -> StoredTransaction | None:
         """The id's record as the store holds it now, served from here on. Every answer to a client
@@ -247,10 +211,7 @@ class TransactionCoordinator:
         previous transaction's commit marker would make them visible with none of the records
         (the torn transaction the exactly-once chaos test caught). The client only sends its next
         request after the previous answer, so a read at the start sees what came before it."""
-        try:
-            record: StoredTransaction | None = await self._run_blocking(self._store.get, transactional_id)  # type: ignore[assignment]
-        except Exception as exc:
-            raise KafkaError(ErrorCode.coordinator_not_available, f"the transaction store is unavailable: {exc}") from exc
+        record = await self._read(transactional_id)
         if record is None:
             self._txns.pop(transactional_id, None)
         elif record != self._txns.get(transactional_id):
@@ -481,11 +442,11 @@ class TransactionCoordinator:
             except Exception as exc:  # a bug or an unreachable broker: try again
                 log.warning("sending markers of %s failed: %s: %s", prepared.transactional_id, type(exc).__name__, exc)
                 errors = [ErrorCode.request_timed_out] * len(sends)
-            if any(e in _MARKERS_FENCED for e in errors):
+            if any(e in MARKERS_FENCED for e in errors):
                 log.info(
                     "markers of %s (producer %d, epoch %d) fenced by a newer producer or coordinator: %s",
                     prepared.transactional_id, prepared.producer_id, prepared.producer_epoch,
-                    sorted({e.name for e in errors if e in _MARKERS_FENCED}),
+                    sorted({e.name for e in errors if e in MARKERS_FENCED}),
                 )
                 return
             failed = [(tp, e) for tp, e in zip(remaining, errors, strict=True) if e != ErrorCode.none]
@@ -520,10 +481,10 @@ class TransactionCoordinator:
     async def _still_prepared(self, prepared: StoredTransaction) -> bool:
         """Does the store still hold ``prepared``? (True when it cannot say: keep trying.)"""
         try:
-            record = await self._run_blocking(self._store.get, prepared.transactional_id)
-        except Exception:
+            record = await self._read(prepared.transactional_id)
+        except KafkaError:
             return True
-        return record is not None and _same_transaction(record, prepared)  # type: ignore[arg-type]
+        return record is not None and _same_transaction(record, prepared)
 
     def _retry_completion(self, transactional_id: str) -> None:
         current = self._txns.get(transactional_id)
