@@ -6,8 +6,11 @@ own module, test_objects_upload_file.py."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import shutil
 import sys
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Iterator
@@ -16,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from shoal.objects import _durable
 from shoal.objects import local as local_module
 from shoal.objects.factory import open_object_storage
 from shoal.objects.faulty import FaultyObjectStorage
@@ -291,40 +295,64 @@ async def test_a_local_store_removes_temp_files_of_dead_writers_at_its_first_upl
     assert live.exists() and elsewhere.exists() and unnamed.exists()
 
 
-async def test_local_upload_is_write_then_rename(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The target never exists before the fully written, fsynced temp file is renamed onto it."""
+async def test_local_upload_never_shows_a_partial_object(tmp_path: Path) -> None:
+    """The object appears only whole: a reader polling its path while it is written never sees
+    it shorter than the payload, and no temp file stays behind."""
     storage = LocalObjectStorage(tmp_path)
-    payload = os.urandom(256 * 1024)
-    seen: list[tuple[str, bool, bytes]] = []
-    real_replace = os.replace
+    payload = os.urandom(16 * 1024 * 1024)
+    target = tmp_path / "x" / "y" / "obj"
+    sizes: list[int] = []
+    done = threading.Event()
 
-    def spying_replace(src: str, dst: str | Path) -> None:
-        seen.append((Path(src).name, Path(dst).exists(), Path(src).read_bytes()))
-        real_replace(src, dst)
+    def watch() -> None:
+        while not done.is_set():
+            with contextlib.suppress(FileNotFoundError):
+                sizes.append(target.stat().st_size)
 
-    monkeypatch.setattr(local_module.os, "replace", spying_replace)
-    await storage.upload("x/y/obj", payload)
-    [(tmp_name, target_existed, tmp_content)] = seen
-    assert tmp_name.startswith(TEMP_PREFIX)
-    assert not target_existed
-    assert tmp_content == payload
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        await storage.upload("x/y/obj", payload)
+    finally:
+        done.set()
+        watcher.join()
+    assert all(size == len(payload) for size in sizes)
     assert await storage.fetch("x/y/obj") == payload
+    assert [p.name for p in target.parent.iterdir()] == ["obj"]
+    assert target.stat().st_mode & 0o777 == 0o600  # as mkstemp made it
 
 
-async def test_local_failed_upload_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_durable_write_new_fails_cleanly(tmp_path: Path) -> None:
+    """Each failing step raises OSError naming its path and leaves no temp file."""
+    temp = tmp_path / f"{TEMP_PREFIX}t"
+    with pytest.raises(FileNotFoundError) as missing:
+        _durable.write_new(tmp_path / "nope" / "t", tmp_path / "nope" / "o", tmp_path / "nope", b"x", 1 << 20)
+    assert missing.value.filename == str(tmp_path / "nope" / "t")
+    (tmp_path / "dir" / "child").mkdir(parents=True)
+    with pytest.raises(OSError) as onto_dir:  # rename onto a non-empty directory
+        _durable.write_new(temp, tmp_path / "dir", tmp_path, b"x" * 3_000_000, 1 << 20)
+    assert onto_dir.value.filename == str(temp)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir"]
+    _durable.write_new(temp, tmp_path / "obj", tmp_path, memoryview(b"abc"), 0)
+    assert (tmp_path / "obj").read_bytes() == b"abc"
+    assert not temp.exists()
+
+
+async def test_local_failed_upload_leaves_nothing(tmp_path: Path) -> None:
     storage = LocalObjectStorage(tmp_path)
-
-    def failing_replace(src: str, dst: str | Path) -> None:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(local_module.os, "replace", failing_replace)
-    with pytest.raises(StorageBackendError, match="No space left"):
+    await storage.upload("wal/obj/inner", b"x")  # "wal/obj" is a directory: the rename fails
+    with pytest.raises(StorageBackendError, match="upload of wal/obj"):
         await storage.upload("wal/obj", b"data")
-    monkeypatch.undo()
-    assert await storage.list() == []
-    assert list((tmp_path / "wal").iterdir()) == []  # temp file cleaned up
-    with pytest.raises(ObjectNotFoundError):
-        await storage.fetch("wal/obj")
+    assert [i.key for i in await storage.list()] == ["wal/obj/inner"]
+    assert sorted(p.name for p in (tmp_path / "wal").iterdir()) == ["obj"]  # temp file cleaned up
+
+
+async def test_local_upload_remakes_a_removed_directory(tmp_path: Path) -> None:
+    storage = LocalObjectStorage(tmp_path)
+    await storage.upload("wal/a", b"1")
+    shutil.rmtree(tmp_path / "wal")  # e.g. an operator cleaned up
+    await storage.upload("wal/b", b"2")
+    assert await storage.fetch("wal/b") == b"2"
 
 
 async def test_local_fsyncs_file_and_directories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -339,9 +367,12 @@ async def test_local_fsyncs_file_and_directories(tmp_path: Path, monkeypatch: py
     monkeypatch.setattr(local_module, "_fsync_dir", spy)
     await storage.upload("a/b/obj", b"data")
     root = tmp_path / "root"
-    # The object's directory, then the parents of each newly created directory.
-    assert synced_dirs[0] == root / "a" / "b"
-    assert set(synced_dirs[1:]) == {tmp_path, root, root / "a"}
+    # The object's directory is synced inside _durable; then the parents of each new directory.
+    assert set(synced_dirs) == {tmp_path, root, root / "a"}
+    synced_dirs.clear()
+    await storage.upload_file("c/obj", root / "a" / "b" / "obj")
+    assert synced_dirs[0] == root / "c"
+    assert set(synced_dirs[1:]) == {root}
 
 
 async def test_local_key_cannot_be_object_and_directory(tmp_path: Path) -> None:
