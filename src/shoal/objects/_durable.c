@@ -42,6 +42,24 @@ static ssize_t write_all(int fd, const char *buf, Py_ssize_t len, Py_ssize_t chu
     return 0;
 }
 
+/* open and fsync retried on EINTR, as Python's os functions do (PEP 475); close is not (on
+ * Linux the descriptor is gone either way). */
+static int open_retry(const char *path, int flags, mode_t mode) {
+    int fd;
+    do {
+        fd = open(path, flags, mode);
+    } while (fd < 0 && errno == EINTR);
+    return fd;
+}
+
+static int fsync_retry(int fd) {
+    int r;
+    do {
+        r = fsync(fd);
+    } while (r != 0 && errno == EINTR);
+    return r;
+}
+
 static PyObject *write_new(PyObject *self, PyObject *args) {
     UNUSED(self);
     PyObject *temp_obj = NULL, *final_obj = NULL, *dir_obj = NULL;
@@ -64,14 +82,14 @@ static PyObject *write_new(PyObject *self, PyObject *args) {
     PyObject *failed = NULL; /* borrowed: which path the error is about */
 
     Py_BEGIN_ALLOW_THREADS
-    int fd = open(temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int fd = open_retry(temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
         err = errno;
         failed = temp_obj;
     } else {
-        int step = write_all(fd, (const char *)data.buf, data.len, chunk);
+        int step = (int)write_all(fd, (const char *)data.buf, data.len, chunk);
         if (step == 0) {
-            step = fsync(fd);
+            step = fsync_retry(fd);
         }
         if (step == 0) {
 #ifdef POSIX_FADV_DONTNEED
@@ -90,8 +108,8 @@ static PyObject *write_new(PyObject *self, PyObject *args) {
             failed = temp_obj;
             (void)unlink(temp);
         } else {
-            int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-            if (dfd < 0 || fsync(dfd) != 0) {
+            int dfd = open_retry(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+            if (dfd < 0 || fsync_retry(dfd) != 0) {
                 err = errno;
                 failed = dir_obj;
             }
@@ -129,7 +147,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "shoal.objects._durable",
-    "Atomic, durable creation of a file in one GIL-free call.", -1, methods,
+    "Atomic, durable creation of a file in one GIL-free call.", -1, methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__durable(void) { return PyModule_Create(&module); }
