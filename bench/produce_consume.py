@@ -170,6 +170,7 @@ class ProducerJob:
     flush_timeout_s: float
     ready_timeout_s: float
     conf: dict[str, Any] = field(default_factory=dict)
+    client: str = "confluent-kafka"  # or "kafka-python" (``kafka_python_producer.py``)
 
 
 class _DeliveryState:
@@ -188,7 +189,13 @@ class _DeliveryState:
 def producer_main(job: ProducerJob, ready_q: Any, go: EventType, result_q: Any) -> None:
     """Process entry point: never let an exception leave without a report to the parent."""
     try:
-        result = run_producer(job, ready_q, go)
+        if job.client == "kafka-python":
+            import kafka_python_producer
+
+            payload = payload_buffer(job.record_size, job.payload, seed=job.index)
+            result = kafka_python_producer.run_producer(job, ready_q, go, payload)
+        else:
+            result = run_producer(job, ready_q, go)
     except BaseException as exc:  # report anything, the parent decides
         ready_q.put(job.index)
         result = {"index": job.index, "fatal": f"{type(exc).__name__}: {exc}"}
@@ -334,6 +341,7 @@ class ConsumerJob:
     idle_timeout_s: float
     ready_timeout_s: float
     conf: dict[str, Any] = field(default_factory=dict)
+    client: str = "confluent-kafka"  # or "kafka-python" (``kafka_python_producer.py``)
     #: Longest wait of one ``consume()`` call. librdkafka fills the batch until this runs out, so
     #: the last records are only seen (and timed) up to this long after they arrived.
     poll_timeout_s: float = 1.0
@@ -768,6 +776,7 @@ def produce_phase(
             flush_timeout_s=args.flush_timeout,
             ready_timeout_s=args.ready_timeout,
             conf=conf,
+            client=args.producer_client,
         )
         for i in range(args.producers)
     ]
@@ -1076,6 +1085,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="queue.buffering.max.kbytes: client-side buffer per producer",
     )
     p.add_argument("--idempotence", action="store_true", help="enable.idempotence=true")
+    p.add_argument(
+        "--producer-client",
+        default="confluent-kafka",
+        choices=("confluent-kafka", "kafka-python"),
+        help="client of the produce phases (kafka_python_producer.py says why the choice matters)",
+    )
     p.add_argument("--message-timeout-ms", type=int, default=120_000)
     p.add_argument("--producers", type=int, default=1, help="producer processes")
     p.add_argument(
@@ -1160,6 +1175,8 @@ def main(argv: list[str] | None = None) -> int:
         "client": {
             "confluent_kafka": confluent_kafka.__version__,
             "librdkafka": confluent_kafka.libversion()[0],
+            "producer": args.producer_client,
+            **({"kafka_python": _kafka_python_version()} if args.producer_client == "kafka-python" else {}),
         },
         "cpu_count": os.cpu_count(),
         "load_avg": {"start": load_avg()},
@@ -1249,6 +1266,12 @@ def main(argv: list[str] | None = None) -> int:
 
     emit(report, args.output)
     return 0 if not failed else 2
+
+
+def _kafka_python_version() -> str:
+    import kafka
+
+    return kafka.__version__
 
 
 def emit(report: dict[str, Any], output: str | None) -> None:
