@@ -341,7 +341,6 @@ class ConsumerJob:
     idle_timeout_s: float
     ready_timeout_s: float
     conf: dict[str, Any] = field(default_factory=dict)
-    client: str = "confluent-kafka"  # or "kafka-python" (``kafka_python_producer.py``)
     #: Longest wait of one ``consume()`` call. librdkafka fills the batch until this runs out, so
     #: the last records are only seen (and timed) up to this long after they arrived.
     poll_timeout_s: float = 1.0

@@ -179,7 +179,7 @@ class LocalObjectStorage:
         """``upload`` in the calling (worker) thread (``BlockingUploads``).
 
         The temp file's whole life (create, write, fsync, rename, directory fsync) is one call
-        into ``_durable``, which holds no GIL meanwhile (its docstring says why).
+        into ``_durable``, which holds no GIL meanwhile (the header of ``_durable.c`` says why).
         """
         path = self._path(key)
         self._check_open()
