@@ -106,3 +106,31 @@ async def test_a_new_replica_with_start_bytes_zero_caches_from_the_log_end(node:
     assert fresh.log is not None and fresh.log.log_start_offset == 3
     older = await read(node, "d", 0)
     assert not older.from_cache and [v for _, v in values(older.records)] == [b"r0", b"r1", b"r2"]
+
+
+@pytest.mark.node_config(**{"diskless.replica.fetch.interval.ms": "600000"})
+async def test_a_commit_fills_only_the_caches_of_its_partitions(node: Node) -> None:
+    # At saturation a broker commits ~100 objects a second; a round per commit that asked the
+    # coordinator for every cache made each commit's cache work grow with the partitions held.
+    for name in ("a", "b", "c"):
+        await node.create(name, 1, **{"diskless.enable": "true"})
+    await node.partitions.publish(node.metadata.image)
+    filler = caches(node).filler
+    for name in ("a", "b", "c"):
+        await wait_for(lambda name=name: cache_of(node, name).log is not None, f"cache {name} created")
+    asked: list[set[str]] = []
+    locate = filler._reader.locate
+
+    async def spying(requests, *args, **kwargs):  # type: ignore[no-untyped-def]
+        asked.append({key.topic_name for key, _, _ in requests})
+        return await locate(requests, *args, **kwargs)
+
+    filler._reader.locate = spying
+    await node.partitions.append([AppendRequest("a", 0, batch(b"x"))], PRODUCE)
+    await wait_for(lambda: cache_of(node, "a").cache_end == 1, "cache a filled")
+    assert asked and all(topics == {"a"} for topics in asked)
+
+    # Batches another broker committed reach the other caches in the round over every cache.
+    asked.clear()
+    filler.poke()
+    await wait_for(lambda: {"a", "b", "c"} in asked, "a round over every cache")

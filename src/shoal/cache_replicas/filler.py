@@ -1,12 +1,14 @@
 """Filling cache logs from object storage by following the Batch Coordinator's log tail.
 
-One task per broker. Each round asks the coordinator for the batches after every local cache's
-end in one ``find_batches`` call, reads them with ranged GETs planned across partitions (one GET
-serves neighbouring batches of many partitions in one WAL object, and objects this broker just
-uploaded are still in the range cache, so they cost no GET), and appends them to the cache logs
-with their assigned offsets. A round runs as soon as this broker commits an object, else every
-``diskless.replica.fetch.interval.ms`` (other brokers' commits), and again at once while caches
-are behind.
+One task per broker. Each round asks the coordinator for the batches after its caches' ends in
+one ``find_batches`` call, reads them with ranged GETs planned across partitions (one GET serves
+neighbouring batches of many partitions in one WAL object, and objects this broker just uploaded
+are still in the range cache, so they cost no GET), and appends them to the cache logs with their
+assigned offsets. Every ``diskless.replica.fetch.interval.ms`` a round covers every cache (other
+brokers' commits). When this broker commits an object a round runs at once for the partitions
+that object holds only: at saturation that is about a hundred rounds a second, and asking for
+every cache each time made the coordinator's work per commit grow with the partitions the broker
+holds. Caches still behind after a round go into the next one at once.
 
 A replica without a cache starts ``diskless.replica.cache.start.bytes`` before the log end or at
 the log start, whichever is later (KIP-1163's policy 3). A cache that falls behind the log start
@@ -89,6 +91,9 @@ def _append_all(
     return outcomes
 
 
+Key = tuple[Any, int]
+
+
 def key_of(replica: CacheReplica) -> TopicIdPartition:
     return TopicIdPartition(replica.topic.topic_id, replica.partition, replica.topic.name)
 
@@ -114,6 +119,10 @@ class CacheFiller:
         self._config_for = config_for
         self._on_appended = on_appended
         self._wake = asyncio.Event()
+        #: What the next round covers: every cache, or these (this broker's commits, and caches
+        #: still behind after the last round).
+        self._full_due = True
+        self._due: set[Key] = set()
         self._task: asyncio.Task[None] | None = None
         self._failing = False
         self._next_dir_check = 0.0
@@ -131,16 +140,30 @@ class CacheFiller:
                 await self._task
             self._task = None
 
-    def poke(self) -> None:
-        """Something was committed (here, or a replica was added): run a round now."""
+    def poke(self, keys: Iterable[Key] | None = None) -> None:
+        """Run a round now: over the caches of ``keys`` (partitions this broker just committed
+        to), or over every cache (None: a replica was added)."""
+        if keys is None:
+            self._full_due = True
+        else:
+            self._due.update(keys)
         self._wake.set()
 
     async def _run(self) -> None:
+        interval = self._settings.interval_ms / 1000
+        next_full = 0.0
         while True:
             self._wake.clear()
-            more = False
+            now = time.monotonic()
+            keys: set[Key] | None = None
+            if self._full_due or now >= next_full:
+                self._full_due, next_full = False, now + interval
+            else:
+                keys = self._due
+            self._due = set()
+            behind: set[Key] = set()
             try:
-                more = await self.fill_once()
+                behind = await self.fill_once(keys)
                 await self._maintain()
                 if self._failing:
                     log.info("filling diskless caches again")
@@ -151,28 +174,34 @@ class CacheFiller:
                 if not self._failing:  # once per outage
                     log.warning("filling diskless caches failed (retrying): %s: %s", type(exc).__name__, exc)
                 self._failing = True
-            if not more:
+                self._full_due = True
+            if behind:
+                self._due |= behind
+            else:
                 with contextlib.suppress(TimeoutError):
-                    await wait_for(self._wake.wait(), self._settings.interval_ms / 1000)
+                    await wait_for(self._wake.wait(), max(next_full - time.monotonic(), 0.0))
 
     # ------------------------------------------------------------------------------- one round
 
-    async def fill_once(self) -> bool:
-        """One round over every cache; True when some cache is still behind after it."""
+    async def fill_once(self, keys: set[Key] | None = None) -> set[Key]:
+        """One round over the caches of ``keys`` (None: every cache); returns the caches still
+        behind after it."""
         replicas = list(self._replicas())
+        if keys is not None:
+            replicas = [r for r in replicas if r.key in keys]
         undecided = [r for r in replicas if r.log is None and r.start_at is None]
         if undecided:
             await self._decide_starts(undecided)
         ready = [r for r in replicas if r.log is not None or r.start_at is not None]
         if not ready:
-            return False
+            return set()
         s = self._settings
         asked_ms = _now_ms()
         requests = [
             (key_of(r), r.cache_end if r.log is not None else r.start_at, s.partition_max_bytes) for r in ready
         ]
         located = await self._reader.locate(requests, s.max_bytes, for_cache=True)  # type: ignore[arg-type]
-        more = False
+        behind: set[Key] = set()
         batches: list[tuple[CacheReplica, int]] = []  # (replica, index in the round) with batches to append
         for index, (r, (_, asked, _), found) in enumerate(zip(ready, requests, located.found, strict=True)):
             if r.cache_end != asked and r.log is not None:
@@ -199,7 +228,8 @@ class CacheFiller:
                 await self._start_over(r)
                 continue
             r.progress.update(r.cache_end, r.high_watermark, asked_ms)
-            more = more or r.cache_end < r.high_watermark
+            if r.cache_end < r.high_watermark:
+                behind.add(r.key)
         appended: list[CacheReplica] = []
         if batches:
             targets = [(r.log, index) for r, index in batches]
@@ -218,11 +248,12 @@ class CacheFiller:
                 r.txn_dirty = r.txn_dirty or transactional  # READ_COMMITTED waits for the coordinator's state
                 appended.append(r)
                 r.progress.update(r.cache_end, r.high_watermark, asked_ms)
-                more = more or r.cache_end < r.high_watermark
+                if r.cache_end < r.high_watermark:
+                    behind.add(r.key)
         await self._refresh_transactions([r for r in ready if r.log is not None and r.txn_dirty])
         if appended:
             self._on_appended(appended)
-        return more
+        return behind
 
     async def _refresh_transactions(self, replicas: list[CacheReplica]) -> None:
         """Read the coordinator's last stable offset and aborted transactions (one snapshot) for

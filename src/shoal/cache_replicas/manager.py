@@ -177,8 +177,8 @@ class CacheReplicas:
             self.filler.poke()
 
     def committed(self, ends: Mapping[Key, int]) -> set[Key]:
-        """This broker committed an object (``ends``: each partition's next offset): fill the
-        caches now (its data is in the range cache). Until a cache holds those records it reads
+        """This broker committed an object (``ends``: each partition's next offset): fill those
+        partitions' caches now (its data is in the range cache). Until a cache holds those records it reads
         nothing from its end, so a fetch after the produce's answer sees them. Returns the
         partitions whose in-sync cache will wake their long-polls once it has appended."""
         now = _now_ms()
@@ -189,7 +189,7 @@ class CacheReplicas:
                 r.committed_end = max(r.committed_end, end)
                 if r.log is not None and r.progress.in_sync(now, self.lag_ms):
                     waking.add(key)
-        self.filler.poke()
+        self.filler.poke(ends)
         return waking
 
     def _appended(self, replicas: Iterable[CacheReplica]) -> None:
