@@ -496,6 +496,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--pause", type=float, default=5.0, help="seconds of quiet before each run (after the previous)"
     )
+    p.add_argument(
+        "--warmup-rounds",
+        type=int,
+        default=1,
+        help="untimed saturation + consume runs on each target (A then B) before round 1, reported apart "
+        "under 'warmup': a broker just started is measured warm, as one that ran many rounds",
+    )
     p.add_argument("--keep-topics", action="store_true", help="do not delete the topics the runs create")
     p.add_argument("--reports-dir", help="also write every run's full report here, one file per run")
     p.add_argument("--output", help="also write the JSON document to this file")
@@ -557,8 +564,8 @@ def main(argv: list[str] | None = None) -> int:
             "a": targets["a"],
             "b": targets["b"],
             "rounds": args.rounds,
-            "order": "per round: fixed-rate runs (each producer count: A then B), then saturation+consume "
-            "(A then B), then Spark on A",
+            "order": "first --warmup-rounds untimed saturation+consume runs (A then B); then per round: "
+            "fixed-rate runs (each producer count: A then B), then saturation+consume (A then B), then Spark on A",
             "fixed_rate_producers": producer_counts,
             "rate_records_per_s": args.rate,
             "fixed_rate_duration_s": args.fixed_rate_duration,
@@ -569,6 +576,7 @@ def main(argv: list[str] | None = None) -> int:
             "partitions": args.partitions,
             "duration_cap_s": args.duration,
             "pause_before_each_run_s": args.pause,
+            "warmup_rounds": args.warmup_rounds,
             "producer": {
                 "acks": "all",
                 "enable.idempotence": True,
@@ -615,6 +623,16 @@ def main(argv: list[str] | None = None) -> int:
             run["report_file"] = path
 
     pc_timeout = args.duration * 3 + args.fixed_rate_duration + 240
+    warmup: list[dict[str, Any]] = []
+    for warmup_no in range(1, args.warmup_rounds + 1):
+        for t in ("a", "b"):
+            tname = targets[t]["name"]
+            log(f"warm-up {warmup_no}/{args.warmup_rounds}: {tname} saturation ({args.records} records) + consume")
+            run = run_child(throughput_cmd(args, targets[t], False), f"[{tname} warm-up]", pc_timeout, args.pause)
+            row = summarise_run(run, warmup_no, SATURATION_FIGURES, SATURATION_FLAGS)
+            warmup.append({"target": tname, **row})
+            log(f"  -> produce {row['produce_mb_per_s']} MB/s (not counted)")
+    doc["warmup"] = warmup
     for round_no in range(1, args.rounds + 1):
         for n, name in zip(producer_counts, fixed_names, strict=True):
             for t in ("a", "b"):
