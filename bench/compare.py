@@ -501,7 +501,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=1,
         help="untimed saturation + consume runs on each target (A then B) before round 1, reported apart "
-        "under 'warmup': a broker just started is measured warm, as one that ran many rounds",
+        "under 'warmup', so round 1 does not meet a broker that has served nothing yet (0: from a cold start)",
     )
     p.add_argument("--keep-topics", action="store_true", help="do not delete the topics the runs create")
     p.add_argument("--reports-dir", help="also write every run's full report here, one file per run")
