@@ -31,7 +31,7 @@ from typing import Any
 
 from shoal.aio import wait_for
 from shoal.cache_replicas.cache_log import CacheLogs
-from shoal.cache_replicas.replica import CacheReplica
+from shoal.cache_replicas.replica import CacheReplica, Key
 from shoal.classic.log import PartitionLog
 from shoal.classic.log_config import LogConfig
 from shoal.coordinator.api import BatchCoordinator, ListOffsetsRequest, ListOffsetsTimestamp, TopicIdPartition
@@ -89,9 +89,6 @@ def _append_all(
         except Exception as exc:
             outcomes.append(exc)
     return outcomes
-
-
-Key = tuple[Any, int]
 
 
 def key_of(replica: CacheReplica) -> TopicIdPartition:

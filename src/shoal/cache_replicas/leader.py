@@ -21,14 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shoal.aio import wait_for
-from shoal.cache_replicas.replica import CacheReplica, Progress
+from shoal.cache_replicas.replica import CacheReplica, Key, Progress
 from shoal.cluster.partition_control import PartitionControl
 from shoal.metadata.image import MetadataImage
 from shoal.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 
-Key = tuple[Any, int]
 
 
 def _now_ms() -> int:

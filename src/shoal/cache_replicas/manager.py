@@ -12,7 +12,7 @@ from typing import Any
 from shoal.cache_replicas.cache_log import CacheLogs, cache_log_config
 from shoal.cache_replicas.filler import CacheFiller, FillSettings
 from shoal.cache_replicas.leader import LeaderIsr
-from shoal.cache_replicas.replica import CacheReplica
+from shoal.cache_replicas.replica import CacheReplica, Key
 from shoal.cache_replicas.reporter import PositionReporter, ReportSettings
 from shoal.classic.log_config import LogConfig
 from shoal.classic.replica_manager import log_config_for
@@ -26,7 +26,6 @@ from shoal.records.codec import iter_batches
 
 log = logging.getLogger(__name__)
 
-Key = tuple[Any, int]
 
 
 def _now_ms() -> int:
@@ -178,9 +177,9 @@ class CacheReplicas:
 
     def committed(self, ends: Mapping[Key, int]) -> set[Key]:
         """This broker committed an object (``ends``: each partition's next offset): fill those
-        partitions' caches now (its data is in the range cache). Until a cache holds those records it reads
-        nothing from its end, so a fetch after the produce's answer sees them. Returns the
-        partitions whose in-sync cache will wake their long-polls once it has appended."""
+        partitions' caches now (its data is in the range cache). Until a cache holds those records
+        it reads nothing from its end, so a fetch after the produce's answer sees them. Returns
+        the partitions whose in-sync cache will wake their long-polls once it has appended."""
         now = _now_ms()
         waking = set()
         for key, end in ends.items():

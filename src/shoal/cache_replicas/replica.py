@@ -11,9 +11,13 @@ it was caught up within ``replica.lag.time.max.ms``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from shoal.classic.log import PartitionLog
 from shoal.metadata.image import TopicImage
+
+#: A diskless partition as the cache replicas key it: (topic id, partition).
+Key = tuple[Any, int]
 
 
 @dataclass(slots=True)
@@ -75,7 +79,7 @@ class CacheReplica:
         return tuple((pid, first) for pid, first, last in self.txn_aborted if last >= start and first < end)
 
     @property
-    def key(self) -> tuple[object, int]:
+    def key(self) -> Key:
         return self.topic.topic_id, self.partition
 
     @property

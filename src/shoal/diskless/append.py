@@ -9,9 +9,10 @@ segment answered: an answer means the data is in object storage and its offsets
 are in the coordinator.
 
 Early close: waiting out the whole interval only adds latency when no more data is coming for the
-open segment soon, and producers wait on it: an idempotent producer (the default of Java
-and kafka-python; librdkafka's with ``enable.idempotence=true``) has at most ``PRODUCE_PIPELINE_DEPTH`` (5) Produce requests in the
-broker, and librdkafka was measured keeping one per partition, so a producer blocked on this segment sends
+open segment soon, and producers wait on it: an idempotent producer (the default of Java and
+kafka-python; librdkafka's with ``enable.idempotence=true``) has at most
+``PRODUCE_PIPELINE_DEPTH`` (5) Produce requests in the broker, and librdkafka was measured keeping
+one per partition, so a producer blocked on this segment sends
 nothing until it commits (p50 445 ms / p99 974 ms at 5,000 records/s with the 250 ms default;
 3.5 MB/s for one idempotent producer on one partition). The open segment therefore closes
 before the interval when it has been ``commit interval / EARLY_CLOSE_FRACTION`` since the
