@@ -496,7 +496,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = {
             "diskless.append.buffer.max.bytes",
             ConfigType.INT,
             4 * MiB,
-            "The size at which the active WAL segment is closed for upload before the commit interval ends.",
+            "The size at which the active WAL segment is closed for upload before the commit interval ends. "
+            "While no segment is uploading or committing, a segment of an eighth of it (512 KiB at the default) "
+            "closes at once (a group close, docs/architecture.md).",
             at_least(1024),
         ),
         ConfigDef(

@@ -247,21 +247,21 @@ async def test_full_buffer_closes_the_segment_before_the_interval(coordinator) -
     third = produce(appender, 1, b"x" * 100)
     assert len(storage.waiting) == 1
     fourth = produce(appender, 0, b"x" * 100)  # 1 + 4 * size >= max_bytes: closes now
-    fifth = produce(appender, 0, b"x")  # starts the next segment, smaller than max_bytes / 4
+    fifth = produce(appender, 0, b"x")  # starts the next segment, smaller than max_bytes / 8
     await asyncio.sleep(0.01)  # the upload task starts
     assert len(storage.waiting) == 2
     storage.gate.set()
     await wait_for(asyncio.gather(holder, first, second, third, fourth))
     assert len(await storage.list()) == 2
     await asyncio.sleep(0.05)
-    assert not fifth.done()  # holds less than max_bytes / 4 and the pipeline is idle: it waits
+    assert not fifth.done()  # holds less than max_bytes / 8 and the pipeline is idle: it waits
     await appender.close()
     assert fifth.result().assigned_base_offset == 3
     assert len(await storage.list()) == 3
 
 
 async def test_a_group_close_when_no_segment_is_in_flight(coordinator) -> None:
-    """With nothing uploading or committing, a segment of buffer.max.bytes / 4 closes at once; one
+    """With nothing uploading or committing, a segment of buffer.max.bytes / 8 closes at once; one
     that reaches that size while another is in flight closes when that one commits."""
     storage = GatedUploads()
     size = len(make_batch(b"x" * 100))
@@ -275,6 +275,21 @@ async def test_a_group_close_when_no_segment_is_in_flight(coordinator) -> None:
     await wait_for(asyncio.gather(first, second))  # ... and closes once the first commits
     assert len(await storage.list()) == 2
     assert first.result().assigned_base_offset == 0 and second.result().assigned_base_offset == 0
+    await appender.close()
+
+
+async def test_one_librdkafka_sized_batch_alone_closes_at_once(coordinator) -> None:
+    """librdkafka's default batch.size is 1,000,000 bytes: at the default buffer.max.bytes (4 MiB)
+    one such batch with nothing in flight is a group close, not a wait for the early close (a
+    saturating producer's last requests came one per interval / 5 when the threshold was 1 MiB)."""
+    storage = GatedUploads()
+    appender = new_appender(storage, coordinator, interval_ms=60_000, max_bytes=4 * MiB)
+    data = make_batch(*[b"x" * 1024] * 960)
+    assert 900_000 < len(data) <= 1_000_000
+    first = appender.append(tp(0), data, read_header(data), TimestampType.CREATE_TIME)
+    await wait_for(storage.started.wait())  # closed at once: not the 60 s interval
+    storage.gate.set()
+    await wait_for(first)
     await appender.close()
 
 

@@ -36,7 +36,7 @@ instead of three, since on a busy machine each hop waits for a core. Where a seg
 is in ``kafka_diskless_segment_stage_time_seconds`` (fill, build, upload, commit_wait, commit).
 
 So a broker writes at most ``EARLY_CLOSE_FRACTION / commit interval`` objects a second (20/s at
-the 250 ms default) plus one per ``buffer.max.bytes / GROUP_CLOSE_FRACTION`` bytes written (1 MiB
+the 250 ms default) plus one per ``buffer.max.bytes / GROUP_CLOSE_FRACTION`` bytes written (512 KiB
 at the 4 MiB default: group and size-triggered closes), and a steady stream of batches that never
 pauses for the quiet time gets one object per interval.
 """
@@ -73,8 +73,11 @@ MAX_INFLIGHT_SEGMENTS = 4
 EARLY_CLOSE_FRACTION = 5
 #: A segment no batch joined for this fraction of the commit interval may close early.
 QUIET_FRACTION = 10
-#: With no segment in flight, a segment of this fraction of ``buffer.max.bytes`` closes at once.
-GROUP_CLOSE_FRACTION = 4
+#: With no segment in flight, a segment of this fraction of ``buffer.max.bytes`` closes at once:
+#: 512 KiB at the 4 MiB default, below librdkafka's default ``batch.size`` (1,000,000 bytes), so one
+#: full batch alone does not wait for an early close (at 1 MiB it did, and a saturating producer's
+#: last requests drained at one per ``interval / 5``: 20 MB/s).
+GROUP_CLOSE_FRACTION = 8
 
 #: Segments of at least this many bytes are laid out on a worker thread: CPython copies a large
 #: ``bytes.join`` without the GIL, so the event loop goes on serving requests meanwhile.
