@@ -73,6 +73,7 @@ SATURATION_FIGURES = {
     "p50_ms": ("produce_saturation", "latency_ms", "p50"),
     "p99_ms": ("produce_saturation", "latency_ms", "p99"),
     "elapsed_s": ("produce_saturation", "elapsed_s"),
+    "flush_s": ("produce_saturation", "flush_s"),
     "wal_objects_per_s": ("produce_saturation", "object_puts_per_s"),
     "broker_cpu_pct": ("produce_saturation", "broker_cpu_pct"),
     "client_cpu_s": ("produce_saturation", "client_cpu_s"),

@@ -600,6 +600,18 @@ def latency_timeline(
     return out
 
 
+def delivered_mb_by_tenth(delivered_at: array.array, start_ts: float, record_size: int) -> list[float]:
+    """MB acknowledged in each 100 ms from the start: a stall or a slow tail (the last queued
+    records draining at a few MB per 100 ms) shows here and hides in a 2-second average."""
+    counts: list[int] = []
+    for at in delivered_at:
+        tenth = max(0, int((at - start_ts) * 10))
+        if tenth >= len(counts):
+            counts.extend([0] * (tenth + 1 - len(counts)))
+        counts[tenth] += 1
+    return [round(n * record_size / MB, 1) for n in counts]
+
+
 def proc_tree(pid: int) -> dict[int, list[str]] | None:
     """A process and all its descendants (Linux /proc), each with its ``stat`` fields after the
     command name; None when it does not exist."""
@@ -856,6 +868,8 @@ def produce_phase(
         "flush_s": round(end_ts - send_end_ts, 3) if end_ts and send_end_ts else None,
         "client_cpu_s": round(sum(r["cpu_s"] for r in ok), 3),
     }
+    if mode == "saturation" and start_ts:
+        out["delivered_mb_by_100ms"] = delivered_mb_by_tenth(delivered_at, start_ts, args.record_size)
     if mode == "fixed-rate":
         out["offered_records_per_s"] = args.rate
         out["duration_s"] = duration
