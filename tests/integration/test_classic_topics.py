@@ -242,8 +242,9 @@ def wire_list_offset(port: int, topic: str, partition: int, timestamp: int) -> t
     return int(part.error_code), int(part.offset)
 
 
-def wire_offline_replicas(port: int, topic: str) -> dict[int, tuple[int, ...]]:
-    """Metadata v12: each partition's OfflineReplicas (KIP-112), for partitions that have any."""
+def wire_metadata_topic(port: int, topic: str) -> Any:
+    """Metadata v12 for ``topic`` as the broker on ``port`` itself answers it (a client library may
+    send a Metadata request to any broker it knows of)."""
     from kio.schema.metadata.v12 import request as req
     from kio.schema.metadata.v12 import response as resp
 
@@ -257,6 +258,12 @@ def wire_offline_replicas(port: int, topic: str) -> dict[int, tuple[int, ...]]:
             resp.MetadataResponse,
         )
     (found,) = answer.topics
+    return found
+
+
+def wire_offline_replicas(port: int, topic: str) -> dict[int, tuple[int, ...]]:
+    """Metadata v12: each partition's OfflineReplicas (KIP-112), for partitions that have any."""
+    found = wire_metadata_topic(port, topic)
     assert int(found.error_code) == 0, found
     return {
         int(p.partition_index): tuple(int(b) for b in p.offline_replicas)

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import _test_failed
-from tests.integration.test_classic_topics import wire_produce
+from tests.integration.test_classic_topics import wire_metadata_topic, wire_produce
 from tests.integration.test_replication import partition_files
 from tests.support.broker import admin_client, confluent_consume
 from tests.support.chaos_clients import wait_until
@@ -193,6 +193,12 @@ def old_leader_truncates_and_follows(cluster: Cluster, topic: str, before: list[
     assert values_in(cluster, topic, len(before) + len(after), bootstrap=b1.bootstrap) == before + after
 
 
+def wire_leader_and_isr(port: int, topic: str) -> tuple[int, list[int]]:
+    """Partition 0's leader and ISR as the broker on ``port`` itself answers Metadata."""
+    (p,) = [p for p in wire_metadata_topic(port, topic).partitions if int(p.partition_index) == 0]
+    return int(p.leader_id), [int(b) for b in p.isr_nodes]
+
+
 def unclean_elections(cluster: Cluster) -> float:
     """Kafka's UncleanLeaderElectionsPerSec counter, summed over the running brokers."""
     return sum(
@@ -219,10 +225,16 @@ def test_unclean_off_keeps_the_partition_leaderless_and_loses_nothing(cluster: C
     )
     assert p.error is not None and p.error.code() == KafkaError.LEADER_NOT_AVAILABLE, p.error
     assert list(p.isrs) == [1], p.isrs  # the ISR remembers who has every acknowledged record
+    # Each broker's metadata image catches up on its own (as in Kafka), and librdkafka may send a
+    # Metadata request to any broker it learned of: ask brokers 2 and 3 directly, once both caught up.
+    for node_id in (2, 3):
+        port = cluster.broker(node_id).port
+        wait_until(lambda port=port: wire_leader_and_isr(port, topic)[0] == -1, f"broker {node_id} sees no leader", 30)
     deadline = time.monotonic() + 8  # several controller rounds: still no unclean election
     while time.monotonic() < deadline:
-        p = partition(cluster, topic, lambda p, md: True, "in metadata")
-        assert p.leader == -1 and list(p.isrs) == [1], (p.leader, p.isrs)
+        for node_id in (2, 3):
+            seen = wire_leader_and_isr(cluster.broker(node_id).port, topic)
+            assert seen == (-1, [1]), (node_id, seen)
         time.sleep(0.5)
     code, _ = wire_produce(cluster.broker(2).port, topic, 0, [(b"k", b"refused")])
     assert code == NOT_LEADER_OR_FOLLOWER, code
