@@ -231,32 +231,30 @@ def run_producer(job: ProducerJob, ready_q: Any, go: EventType) -> dict[str, Any
     conf["on_delivery"] = on_delivery
     logger, limiter = client_logger(f"producer-{job.index}")
     conf["logger"] = logger
-    idempotent = str(conf.get("enable.idempotence", "false")).lower() in ("true", "1")
+    # An idempotent producer's id is awaited (below) through librdkafka's statistics, unless the
+    # caller took the statistics callback for itself.
+    await_pid = str(conf.get("enable.idempotence", "false")).lower() in ("true", "1") and "stats_cb" not in conf
     pid_assigned = False
 
     def on_stats(stats_json: str) -> None:
-        # librdkafka's statistics say when the producer id is assigned ("eos.idemp_state").
         nonlocal pid_assigned
         if not pid_assigned:
             pid_assigned = json.loads(stats_json).get("eos", {}).get("idemp_state") == "Assigned"
 
-    if idempotent and "stats_cb" not in conf:
+    if await_pid:
         conf.setdefault("statistics.interval.ms", 100)
         conf["stats_cb"] = on_stats
-    else:
-        pid_assigned = True
     producer = Producer(conf)
     # Warm up: metadata and the broker connection exist before the clock starts.
     md = producer.list_topics(job.topic, timeout=15)
     tmd = md.topics.get(job.topic)
     if tmd is None or tmd.error is not None:
         raise RuntimeError(f"topic {job.topic!r} not usable: {tmd.error if tmd else 'missing'}")
-    if idempotent:
-        # ...and so does the producer id: librdkafka may wait out its 500 ms PID timer after the
-        # bootstrap connection is replaced, which would otherwise land in one round and not another.
-        until = time.monotonic() + 15
-        while not pid_assigned and time.monotonic() < until:
-            producer.poll(0.05)
+    # ...and so does the producer id: librdkafka may wait out its 500 ms PID timer after the
+    # bootstrap connection is replaced, which would otherwise land in one round and not another.
+    until = time.monotonic() + 15
+    while await_pid and not pid_assigned and time.monotonic() < until:
+        producer.poll(0.05)
     buf = payload_buffer(job.record_size, job.payload, seed=job.index)
     span = len(buf) - job.record_size
     size = job.record_size
