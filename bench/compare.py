@@ -74,6 +74,8 @@ SATURATION_FIGURES = {
     "p99_ms": ("produce_saturation", "latency_ms", "p99"),
     "elapsed_s": ("produce_saturation", "elapsed_s"),
     "flush_s": ("produce_saturation", "flush_s"),
+    "request_rtt_ms": ("produce_saturation", "request_rtt_ms"),
+    "mb_in_flight": ("produce_saturation", "mb_in_flight"),
     "wal_objects_per_s": ("produce_saturation", "object_puts_per_s"),
     "broker_cpu_pct": ("produce_saturation", "broker_cpu_pct"),
     "client_cpu_s": ("produce_saturation", "client_cpu_s"),

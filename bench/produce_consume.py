@@ -202,6 +202,55 @@ def producer_main(job: ProducerJob, ready_q: Any, go: EventType, result_q: Any) 
     result_q.put(result)
 
 
+@dataclass
+class RequestWindow:
+    """Sums over librdkafka statistics windows while the clock runs, for every broker the
+    producer talks to: request round trips (``rtt``: send to answer, including the broker's
+    time) and the requests and records waiting for an answer when each window closed.
+
+    A producer keeps about ``records in flight`` / ``round trip`` going (Little's law): with the
+    idempotent librdkafka producer holding one request per partition, its MB/s follows the
+    broker's answer time, which these show next to each throughput figure.
+    """
+
+    timing: bool = False
+    rtt_sum_us: int = 0
+    rtt_count: int = 0
+    samples: int = 0
+    requests_waiting: int = 0
+    records_waiting: int = 0
+
+    def add(self, stats: dict[str, Any]) -> None:
+        brokers = [b for b in stats.get("brokers", {}).values() if b.get("nodeid", -1) >= 0]
+        if not brokers:
+            return
+        self.samples += 1
+        for b in brokers:
+            rtt = b.get("rtt", {})
+            self.rtt_sum_us += int(rtt.get("sum", 0))
+            self.rtt_count += int(rtt.get("cnt", 0))
+            self.requests_waiting += int(b.get("waitresp_cnt", 0))
+            self.records_waiting += int(b.get("waitresp_msg_cnt", 0))
+
+    def totals(self) -> dict[str, int]:
+        return {k: getattr(self, k) for k in ("rtt_sum_us", "rtt_count", "samples", "requests_waiting", "records_waiting")}
+
+
+def request_window_figures(windows: list[dict[str, int]], record_size: int) -> dict[str, float | None]:
+    """Mean request round trip (ms) and mean requests and MB waiting for an answer, over all
+    producers' statistics windows (None without statistics)."""
+    rtt_count = sum(w["rtt_count"] for w in windows)
+    sampled = [w for w in windows if w["samples"]]
+    # Each producer's mean, summed over producers: what all of them had waiting at once.
+    requests = sum(w["requests_waiting"] / w["samples"] for w in sampled)
+    records = sum(w["records_waiting"] / w["samples"] for w in sampled)
+    return {
+        "request_rtt_ms": round(sum(w["rtt_sum_us"] for w in windows) / rtt_count / 1000, 2) if rtt_count else None,
+        "requests_in_flight": round(requests, 2) if sampled else None,
+        "mb_in_flight": round(records * record_size / MB, 2) if sampled else None,
+    }
+
+
 def run_producer(job: ProducerJob, ready_q: Any, go: EventType) -> dict[str, Any]:
     """Connect, wait for the common start signal, send, flush, report raw measurements."""
     from confluent_kafka import Producer
@@ -231,17 +280,23 @@ def run_producer(job: ProducerJob, ready_q: Any, go: EventType) -> dict[str, Any
     conf["on_delivery"] = on_delivery
     logger, limiter = client_logger(f"producer-{job.index}")
     conf["logger"] = logger
-    # An idempotent producer's id is awaited (below) through librdkafka's statistics, unless the
-    # caller took the statistics callback for itself.
-    await_pid = str(conf.get("enable.idempotence", "false")).lower() in ("true", "1") and "stats_cb" not in conf
+    # librdkafka's statistics (unless the caller took the callback for itself) tell when an
+    # idempotent producer has its id (awaited below) and, while the clock runs, the brokers'
+    # Produce round trips and how many requests and records wait for an answer (``RequestWindow``).
+    use_stats = "stats_cb" not in conf
+    await_pid = use_stats and str(conf.get("enable.idempotence", "false")).lower() in ("true", "1")
     pid_assigned = False
+    window = RequestWindow()
 
     def on_stats(stats_json: str) -> None:
         nonlocal pid_assigned
+        stats = json.loads(stats_json)
         if not pid_assigned:
-            pid_assigned = json.loads(stats_json).get("eos", {}).get("idemp_state") == "Assigned"
+            pid_assigned = stats.get("eos", {}).get("idemp_state") == "Assigned"
+        if window.timing:
+            window.add(stats)
 
-    if await_pid:
+    if use_stats:
         conf.setdefault("statistics.interval.ms", 100)
         conf["stats_cb"] = on_stats
     producer = Producer(conf)
@@ -263,6 +318,8 @@ def run_producer(job: ProducerJob, ready_q: Any, go: EventType) -> dict[str, Any
     if not go.wait(timeout=job.ready_timeout_s):
         raise RuntimeError("no start signal from the coordinator")
 
+    producer.poll(0)  # statistics of the idle wait are not the run's
+    window.timing = True
     cpu0 = cpu_seconds_self()
     start_ts = time.time()
     start = time.monotonic()
@@ -322,6 +379,7 @@ def run_producer(job: ProducerJob, ready_q: Any, go: EventType) -> dict[str, Any
     remaining = producer.flush(job.flush_timeout_s)
     end_ts = time.time()
     cpu1 = cpu_seconds_self()
+    window.timing = False
     if limiter.suppressed:
         log(f"producer-{job.index}: {limiter.suppressed} more client log lines suppressed")
     return {
@@ -339,6 +397,7 @@ def run_producer(job: ProducerJob, ready_q: Any, go: EventType) -> dict[str, Any
         "cpu_s": cpu1 - cpu0,
         "latencies": st.latencies.tobytes(),
         "delivered_at": st.delivered_at.tobytes(),
+        "request_window": window.totals(),
     }
 
 
@@ -865,6 +924,7 @@ def produce_phase(
         "stopped_by": sorted({r["stopped_by"] for r in ok}),
         "flush_s": round(end_ts - send_end_ts, 3) if end_ts and send_end_ts else None,
         "client_cpu_s": round(sum(r["cpu_s"] for r in ok), 3),
+        **request_window_figures([r["request_window"] for r in ok], args.record_size),
     }
     if mode == "saturation" and start_ts:
         out["delivered_mb_by_100ms"] = delivered_mb_by_tenth(delivered_at, start_ts, args.record_size)
