@@ -488,11 +488,15 @@ class WireClient:
     ) -> int:
         """Frame header + body; returns the correlation id used."""
         cid = self.next_correlation_id() if correlation_id is None else correlation_id
-        header = encode_request_header(
-            api_key, api_version, cid, self.client_id, request_header_version(api_key, api_version, flexible)
-        )
-        self.send_frame(header + body)
+        self.send_raw(self.encode_frame(api_key, api_version, body, flexible=flexible, correlation_id=cid))
         return cid
+
+    def encode_frame(self, api_key: int, api_version: int, body: bytes, *, flexible: bool, correlation_id: int) -> bytes:
+        """One request frame (size, header, body), for sending several at once (pipelining)."""
+        header = encode_request_header(
+            api_key, api_version, correlation_id, self.client_id, request_header_version(api_key, api_version, flexible)
+        )
+        return struct.pack(">i", len(header) + len(body)) + header + body
 
     def recv_frame(self) -> bytes:
         (size,) = struct.unpack(">i", _recv_exact(self.sock, 4))

@@ -10,7 +10,13 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from shoal.server.connection import PRODUCE_PIPELINE_DEPTH, ConnectionSettings, serve_connection
+from shoal.server.connection import (
+    PRODUCE_PIPELINE_DEPTH,
+    PRODUCE_READ_AHEAD,
+    PRODUCE_READ_AHEAD_BYTES,
+    ConnectionSettings,
+    serve_connection,
+)
 from shoal.server.dispatch import CloseConnection
 from shoal.server.frames import FrameConnection, start_frame_server
 from shoal.server.limits import ConnectionQuotas, RequestBudget, connection_overrides
@@ -97,9 +103,45 @@ async def test_non_produce_requests_run_one_at_a_time_and_answer_in_order(server
 async def test_produce_requests_pipeline_up_to_the_depth(server: Server) -> None:
     server.gate.clear()
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-    writer.write(b"".join(frame(0, i) for i in range(PRODUCE_PIPELINE_DEPTH + 3)))
+    writer.write(b"".join(frame(0, i) for i in range(PRODUCE_PIPELINE_DEPTH)))
     await eventually(lambda: len(server.started) == PRODUCE_PIPELINE_DEPTH)
+    assert server.running == PRODUCE_PIPELINE_DEPTH
+    server.gate.set()
+    answers = [await read_response(reader) for _ in range(PRODUCE_PIPELINE_DEPTH)]
+    assert answers == list(range(PRODUCE_PIPELINE_DEPTH))
+    writer.close()
+
+
+async def test_produce_requests_already_sent_are_read_past_the_depth_up_to_the_read_ahead(server: Server) -> None:
+    """A producer with more than an idempotent one's five in flight (librdkafka's default allows a
+    million): what it has sent joins the broker's work at once, up to PRODUCE_READ_AHEAD, also
+    when it arrives while the connection has five waiting; answers stay in order."""
+    server.gate.clear()
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(b"".join(frame(0, i) for i in range(PRODUCE_PIPELINE_DEPTH + 3)))
+    await eventually(lambda: len(server.started) == PRODUCE_PIPELINE_DEPTH + 3)
+    writer.write(frame(0, PRODUCE_PIPELINE_DEPTH + 3))  # arrives while eight wait
+    await eventually(lambda: len(server.started) == PRODUCE_PIPELINE_DEPTH + 4)
+    total = PRODUCE_READ_AHEAD + 5
+    writer.write(b"".join(frame(0, i) for i in range(PRODUCE_PIPELINE_DEPTH + 4, total)))
+    await eventually(lambda: len(server.started) == PRODUCE_READ_AHEAD)
     await asyncio.sleep(0.1)
+    assert server.running == PRODUCE_READ_AHEAD  # the rest waits for answers
+    server.gate.set()
+    assert [await read_response(reader) for _ in range(total)] == list(range(total))
+    assert server.started == list(range(total))
+    writer.close()
+
+
+async def test_large_produce_requests_are_not_read_ahead_past_the_bytes_bound(server: Server) -> None:
+    """Read-ahead stops once the connection's Produce requests in flight hold
+    PRODUCE_READ_AHEAD_BYTES: five large requests already fill a WAL segment."""
+    server.gate.clear()
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    size = PRODUCE_READ_AHEAD_BYTES // 4 - 64  # under the fixture's 1 MiB frame limit; five pass the bound
+    writer.write(b"".join(frame(0, i, padding=size) for i in range(PRODUCE_PIPELINE_DEPTH + 3)))
+    await eventually(lambda: len(server.started) == PRODUCE_PIPELINE_DEPTH)
+    await asyncio.sleep(0.2)
     assert server.running == PRODUCE_PIPELINE_DEPTH
     server.gate.set()
     answers = [await read_response(reader) for _ in range(PRODUCE_PIPELINE_DEPTH + 3)]
@@ -229,7 +271,7 @@ async def test_a_connection_closed_mid_pipeline_gives_its_budget_back() -> None:
         async def handle(self, frame: memoryview, peer: str) -> bytes:
             (correlation_id,) = struct.unpack_from(">i", frame, 4)
             if correlation_id == 0:
-                await eventually(lambda: len(self.started) == PRODUCE_PIPELINE_DEPTH - 1)
+                await eventually(lambda: len(self.started) >= PRODUCE_PIPELINE_DEPTH - 1)
                 raise CloseConnection("malformed")
             return await super().handle(frame, peer)
 

@@ -1,9 +1,9 @@
 """Which connection a Produce request arrived on, as the diskless appender needs to know it.
 
-A producer may have at most ``PRODUCE_PIPELINE_DEPTH`` Produce requests in the broker at once
-(``server.connection`` reads no more; it is what an idempotent producer's
-``max.in.flight.requests.per.connection`` allows in Java, librdkafka and kafka-python). When every
-connection with data in the open WAL segment is at that depth, none can send more until the
+An idempotent producer has at most ``PRODUCE_PIPELINE_DEPTH`` Produce requests in the broker at
+once (what its ``max.in.flight.requests.per.connection`` allows in Java, librdkafka and
+kafka-python; ``server.connection`` reads more only when a producer has already sent more). When
+every connection with data in the open WAL segment is at that depth, none can send more until the
 segment commits: waiting for the commit interval then only adds latency, so the appender closes
 the segment early (``diskless.append``). The connection publishes itself to the request's
 handler through ``current_pipeline``, a context variable every handler task inherits.
@@ -23,7 +23,8 @@ class ProducePipeline(Protocol):
     """A connection's Produce requests in the broker."""
 
     def is_full(self) -> bool:
-        """PRODUCE_PIPELINE_DEPTH Produce requests read and not yet answered: the connection is muted."""
+        """PRODUCE_PIPELINE_DEPTH Produce requests read and not yet answered: an idempotent
+        producer can send no more."""
         ...
 
 

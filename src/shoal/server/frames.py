@@ -58,6 +58,8 @@ class FrameConnection(asyncio.BufferedProtocol):
         self._drain_waiter: asyncio.Future[None] | None = None
         self._closed: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
+        #: Called when bytes arrive that nobody is waiting for (the reader may be muted).
+        self.on_received: Callable[[], None] | None = None
 
     # ------------------------------------------------------------------ protocol callbacks
 
@@ -96,6 +98,8 @@ class FrameConnection(asyncio.BufferedProtocol):
         self._end += nbytes
         if self._waiter is not None and self._end - self._start >= self._wanted:
             self._wake()
+        elif self._waiter is None and self.on_received is not None:
+            self.on_received()
         if self._end == len(self._scratch) and self._start == 0:
             self._pause_reading()  # full and nobody has taken anything: wait for a reader
 
@@ -126,6 +130,10 @@ class FrameConnection(asyncio.BufferedProtocol):
         self._drain_waiter = None
 
     # ------------------------------------------------------------------ reading
+
+    def has_unread(self) -> bool:
+        """Bytes of a next frame are here already: the client has sent it."""
+        return self._end > self._start
 
     async def readexactly(self, n: int) -> bytes | bytearray:
         """The next ``n`` bytes; ``IncompleteReadError`` if the peer closed first,
