@@ -44,6 +44,7 @@ from tests.support.broker import (
     confluent_produce,
     create_diskless_topic,
     make_workload,
+    produce_request_v9,
     wait_for_topic,
 )
 
@@ -157,27 +158,11 @@ def wire_produce(
     port: int, topic: str, partition: int, records: Sequence[tuple[bytes | None, bytes | None]], acks: int = -1
 ) -> tuple[int, int]:
     """One uncompressed batch in one Produce v9 (acks=all unless said); returns (error code, base offset)."""
-    from kio.schema.produce.v9 import request as req
     from kio.schema.produce.v9 import response as resp
 
     with WireClient(port) as client:
         answer = client.request(
-            req.ProduceRequest(
-                transactional_id=None,
-                acks=i16(acks),
-                timeout=datetime.timedelta(seconds=30),
-                topic_data=(
-                    req.TopicProduceData(
-                        name=topic,
-                        partition_data=(
-                            req.PartitionProduceData(
-                                index=i32(partition), records=build_record_batch(records)
-                            ),
-                        ),
-                    ),
-                ),
-            ),
-            resp.ProduceResponse,
+            produce_request_v9(topic, partition, build_record_batch(records), acks), resp.ProduceResponse
         )
     (part,) = answer.responses[0].partition_responses
     return int(part.error_code), int(part.base_offset)

@@ -19,11 +19,14 @@ from confluent_kafka import Producer
 from shoal.diskless.append import EARLY_CLOSE_FRACTION
 from tests.support.broker import (
     BrokerProcess,
+    WireClient,
+    build_record_batch,
     check_records,
     confluent_consume,
     confluent_produce,
     create_diskless_topic,
     make_workload,
+    produce_request_v9,
     split_wal_object,
 )
 
@@ -203,55 +206,20 @@ def test_produce_requests_a_client_sent_ahead_join_the_open_segment(broker: Brok
     """A producer with more than five requests in flight (librdkafka's default with idempotence
     off allows a million): the broker reads the ones already sent into the open WAL segment,
     rather than five per segment. 30 pipelined requests on one connection took 6 objects then."""
-    import datetime
-    import io
-
-    from kio.schema.produce.v9 import request as req
     from kio.schema.produce.v9 import response as resp
-    from kio.serial import entity_reader, entity_writer
-    from kio.static.primitive import i16, i32
-
-    from tests.support.broker import WireClient, build_record_batch
 
     create_diskless_topic(broker.bootstrap, topic_name, partitions=1)
     requests = 30
-    frames = []
     with WireClient(broker.port) as client:
-        for i in range(requests):
-            body = io.BytesIO()
-            entity_writer(req.ProduceRequest)(
-                body,
-                req.ProduceRequest(
-                    transactional_id=None,
-                    acks=i16(-1),
-                    timeout=datetime.timedelta(seconds=30),
-                    topic_data=(
-                        req.TopicProduceData(
-                            name=topic_name,
-                            partition_data=(
-                                req.PartitionProduceData(
-                                    index=i32(0), records=build_record_batch([(None, f"r{i}".encode())])
-                                ),
-                            ),
-                        ),
-                    ),
-                ),
-            )
-            frames.append(body.getvalue())
-        ids = [client.next_correlation_id() for _ in frames]
-        client.send_raw(
-            b"".join(
-                client.encode_frame(0, 9, frame, flexible=True, correlation_id=cid)
-                for frame, cid in zip(frames, ids, strict=True)
-            )
+        answers = client.requests(
+            [produce_request_v9(topic_name, 0, build_record_batch([(None, f"r{i}".encode())])) for i in range(requests)],
+            resp.ProduceResponse,
         )
-        offsets = []
-        for cid in ids:
-            reader = client.recv_response(cid, flexible_header=True)
-            answer, _ = entity_reader(resp.ProduceResponse)(reader.data, reader.pos)
-            (part,) = answer.responses[0].partition_responses
-            assert int(part.error_code) == 0, part
-            offsets.append(int(part.base_offset))
+    offsets = []
+    for answer in answers:
+        (part,) = answer.responses[0].partition_responses
+        assert int(part.error_code) == 0, part
+        offsets.append(int(part.base_offset))
     assert offsets == list(range(requests))
     objects = broker.wal_objects()
     # All in one segment when they arrive together; a few if the socket splits them.

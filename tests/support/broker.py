@@ -515,22 +515,36 @@ class WireClient:
 
     def request(self, entity: Any, response_type: type[Any]) -> Any:
         """Send a kio request entity and decode the kio response entity."""
+        return self.requests([entity], response_type)[0]
+
+    def requests(self, entities: Sequence[Any], response_type: type[Any]) -> list[Any]:
+        """Send kio request entities back to back (pipelined, in one write), then decode their
+        responses in order."""
         from kio.serial import entity_reader, entity_writer
 
-        buf = io.BytesIO()
-        entity_writer(type(entity))(buf, entity)
-        api_key = int(entity.__api_key__)
-        version = int(entity.__version__)
-        flexible = bool(entity.__flexible__)
-        cid = self.send_request(api_key, version, buf.getvalue(), flexible=flexible)
-        # ApiVersions responses always use header v0 (no tagged fields), whatever the version.
-        reader = self.recv_response(cid, flexible_header=flexible and api_key != 18)
-        value, size = entity_reader(response_type)(reader.data, reader.pos)
-        if reader.pos + size != len(reader.data):
-            raise AssertionError(
-                f"{response_type.__name__}: {len(reader.data) - reader.pos - size} trailing bytes after decode"
-            )
-        return value
+        sent = []
+        frames = []
+        for entity in entities:
+            buf = io.BytesIO()
+            entity_writer(type(entity))(buf, entity)
+            api_key = int(entity.__api_key__)
+            flexible = bool(entity.__flexible__)
+            cid = self.next_correlation_id()
+            frames.append(self.encode_frame(api_key, int(entity.__version__), buf.getvalue(), flexible=flexible,
+                                            correlation_id=cid))
+            # ApiVersions responses always use header v0 (no tagged fields), whatever the version.
+            sent.append((cid, flexible and api_key != 18))
+        self.send_raw(b"".join(frames))
+        values = []
+        for cid, flexible_header in sent:
+            reader = self.recv_response(cid, flexible_header=flexible_header)
+            value, size = entity_reader(response_type)(reader.data, reader.pos)
+            if reader.pos + size != len(reader.data):
+                raise AssertionError(
+                    f"{response_type.__name__}: {len(reader.data) - reader.pos - size} trailing bytes after decode"
+                )
+            values.append(value)
+        return values
 
     def closed_by_peer(self, timeout: float = 10.0) -> bool:
         """True when the broker closes the connection within `timeout` (reads until EOF/reset)."""
@@ -546,6 +560,26 @@ class WireClient:
             if not chunk:
                 return True
         return False
+
+
+def produce_request_v9(topic: str, partition: int, records: bytes, acks: int = -1) -> Any:
+    """A Produce v9 request of one batch (``records``) to one partition (acks=all unless said)."""
+    import datetime
+
+    from kio.schema.produce.v9 import request as req
+    from kio.static.primitive import i16, i32
+
+    return req.ProduceRequest(
+        transactional_id=None,
+        acks=i16(acks),
+        timeout=datetime.timedelta(seconds=30),
+        topic_data=(
+            req.TopicProduceData(
+                name=topic,
+                partition_data=(req.PartitionProduceData(index=i32(partition), records=records),),
+            ),
+        ),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
