@@ -19,6 +19,11 @@ Two running brokers, A and B (``--a HOST:PORT --b HOST:PORT``, named ``--a-name`
    Spark reading the same offsets straight from A's object storage (``--a-metadata-path``,
    ``--a-storage-url``).
 
+``--pin 0:1`` keeps the brokers' threads on CPU 0 and the benchmark clients on CPU 1 (Linux), so
+client and broker do not take each other's core: on a 2-core machine an idempotent librdkafka
+producer at saturation uses about a core itself, and unpinned runs move by 10-20% with how the
+scheduler shares the cores.
+
 Every run is reported per round with the machine's load average before and after, with the
 median over rounds; ``ratios`` divides A's median by B's (keys end in ``_a_over_b``). Progress goes
 to stderr. See bench/README.md ("Shoal beside another broker").
@@ -29,6 +34,7 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -229,10 +235,57 @@ def _relay(stream: Any, prefix: str, tail: collections.deque[str]) -> None:
         print(f"  {prefix} {line}", file=sys.stderr, flush=True)
 
 
-def run_child(cmd: list[str], prefix: str, timeout: float, pause: float) -> dict[str, Any]:
+def parse_cpus(text: str, flag: str) -> set[int]:
+    """``0``, ``0,2`` or ``0-3`` as a set of CPU numbers."""
+    cpus: set[int] = set()
+    try:
+        for part in text.split(","):
+            first, _, last = part.strip().partition("-")
+            cpus.update(range(int(first), int(last or first) + 1))
+    except ValueError:
+        raise SystemExit(f"{flag}: expected CPU numbers like 0 or 0,1 or 0-3, got {text!r}") from None
+    if not cpus:
+        raise SystemExit(f"{flag}: no CPU given")
+    return cpus
+
+
+@dataclasses.dataclass(frozen=True)
+class Pinning:
+    """``--pin BROKER_CPUS:CLIENT_CPUS``: where the brokers' threads and the benchmark runs go."""
+
+    brokers: frozenset[int]
+    clients: frozenset[int]
+    broker_pids: tuple[int, ...]
+
+    @staticmethod
+    def parse(text: str, broker_pids: list[int]) -> Pinning:
+        brokers, sep, clients = text.partition(":")
+        if not sep:
+            raise SystemExit(f"--pin expects BROKER_CPUS:CLIENT_CPUS (e.g. 0:1), got {text!r}")
+        if not broker_pids:
+            raise SystemExit("--pin needs --a-pid and --b-pid (the brokers to pin)")
+        return Pinning(frozenset(parse_cpus(brokers, "--pin")), frozenset(parse_cpus(clients, "--pin")), tuple(broker_pids))
+
+    def pin_brokers(self) -> None:
+        """Every thread of every broker (threads started later inherit their creator's CPUs)."""
+        for pid in self.broker_pids:
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                with contextlib.suppress(ProcessLookupError):
+                    os.sched_setaffinity(int(task.name), self.brokers)
+
+    def pin_client(self) -> None:
+        """In the benchmark child, before it starts (its own children inherit it)."""
+        os.sched_setaffinity(0, self.clients)
+
+
+def run_child(
+    cmd: list[str], prefix: str, timeout: float, pause: float, pin: Pinning | None = None
+) -> dict[str, Any]:
     """Run one benchmark script after ``pause`` seconds of quiet (the previous run's client
     processes exit, the broker finishes its uploads); its JSON report, exit code, load around it."""
     time.sleep(pause)
+    if pin is not None:
+        pin.pin_brokers()
     tail: collections.deque[str] = collections.deque(maxlen=200)
     busy = cpu_busy_pct()
     before = load_avg()
@@ -240,7 +293,13 @@ def run_child(cmd: list[str], prefix: str, timeout: float, pause: float) -> dict
     timed_out = False
     with tempfile.TemporaryFile("w+") as out:
         proc = subprocess.Popen(
-            cmd, cwd=ROOT, stdout=out, stderr=subprocess.PIPE, text=True, start_new_session=True
+            cmd,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            preexec_fn=pin.pin_client if pin is not None else None,
         )
         relay = threading.Thread(target=_relay, args=(proc.stderr, prefix, tail), daemon=True)
         relay.start()
@@ -506,6 +565,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="untimed saturation + consume runs on each target (A then B) before round 1, reported apart "
         "under 'warmup', so round 1 does not meet a broker that has served nothing yet (0: from a cold start)",
     )
+    p.add_argument(
+        "--pin",
+        metavar="BROKER_CPUS:CLIENT_CPUS",
+        help="Linux: keep both brokers' threads (--a-pid, --b-pid) on BROKER_CPUS and every benchmark "
+        "run on CLIENT_CPUS, e.g. 0:1, so client and broker do not share a core",
+    )
     p.add_argument("--keep-topics", action="store_true", help="do not delete the topics the runs create")
     p.add_argument("--reports-dir", help="also write every run's full report here, one file per run")
     p.add_argument("--output", help="also write the JSON document to this file")
@@ -548,6 +613,9 @@ def main(argv: list[str] | None = None) -> int:
         }
         for t in ("a", "b")
     }
+    pin = Pinning.parse(args.pin, [t["pid"] for t in targets.values() if t["pid"]]) if args.pin else None
+    if pin is not None and len(pin.broker_pids) < 2:
+        raise SystemExit("--pin needs --a-pid and --b-pid (the brokers to pin)")
     import confluent_kafka
 
     doc: dict[str, Any] = {
@@ -586,6 +654,9 @@ def main(argv: list[str] | None = None) -> int:
                 "max.in.flight.requests.per.connection": 5,
             },
             "extra_produce_consume_args": args.pc_arg,
+            "pin": (
+                {"broker_cpus": sorted(pin.brokers), "client_cpus": sorted(pin.clients)} if pin is not None else None
+            ),
             "spark": (
                 {
                     "metadata_path": args.a_metadata_path,
@@ -631,7 +702,7 @@ def main(argv: list[str] | None = None) -> int:
         for t in ("a", "b"):
             tname = targets[t]["name"]
             log(f"warm-up {warmup_no}/{args.warmup_rounds}: {tname} saturation ({args.records} records) + consume")
-            run = run_child(throughput_cmd(args, targets[t], False), f"[{tname} warm-up]", pc_timeout, args.pause)
+            run = run_child(throughput_cmd(args, targets[t], False), f"[{tname} warm-up]", pc_timeout, args.pause, pin)
             row = summarise_run(run, warmup_no, SATURATION_FIGURES, SATURATION_FLAGS)
             warmup.append({"target": tname, **row})
             log(f"  -> produce {row['produce_mb_per_s']} MB/s (not counted)")
@@ -648,6 +719,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"[{tname} {name}]",
                     pc_timeout + ready_timeout(n),
                     args.pause,
+                    pin,
                 )
                 keep_report(run, f"r{round_no}-{tname}-{name}")
                 row = summarise_run(run, round_no, FIXED_RATE_FIGURES, FIXED_RATE_FLAGS)
@@ -663,7 +735,7 @@ def main(argv: list[str] | None = None) -> int:
             keep = args.keep_topics or (t == "a" and args.spark and not args.spark_topic)
             log(f"round {round_no}/{args.rounds}: {tname} saturation ({args.records} records) + consume")
             run = run_child(
-                throughput_cmd(args, targets[t], keep), f"[{tname} throughput]", pc_timeout, args.pause
+                throughput_cmd(args, targets[t], keep), f"[{tname} throughput]", pc_timeout, args.pause, pin
             )
             keep_report(run, f"r{round_no}-{tname}-throughput")
             for name, figures, flags in (
@@ -695,6 +767,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"[{tname} spark]",
                     args.duration * 10 + 600,
                     args.pause,
+                    pin,
                 )
                 keep_report(run, f"r{round_no}-{tname}-spark")
                 row = summarise_run(run, round_no, SPARK_FIGURES, {"verified": ("verified",)})
