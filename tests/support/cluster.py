@@ -9,10 +9,11 @@ import signal
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.broker import BrokerProcess, free_port
+from tests.support.broker import BrokerProcess, WireClient, free_port
 from tests.support.metrics import Samples, metric, scrape
 
 #: Fast membership for tests: fencing within ~2 s instead of Kafka's 9 s.
@@ -117,22 +118,102 @@ class Cluster:
 
     def wait_for(self, predicate: Callable[[Any], bool], what: str, *, via: int | None = None,
                  timeout: float = 30.0) -> Any:
-        """Poll confluent's Metadata (through broker ``via``, default any running one) until ``predicate``."""
+        """Poll Metadata until ``predicate``: confluent's through any running broker, or with ``via``
+        broker ``via``'s own answer (``metadata_of``: librdkafka sends a Metadata request to any
+        broker it learned of, and each broker's image catches up on its own)."""
         from confluent_kafka.admin import AdminClient
 
-        running = [b for b in self.brokers if b.is_running() and (via is None or b.node_id == via)]
-        admin = AdminClient({"bootstrap.servers": ",".join(b.bootstrap for b in running)})
+        if via is None:
+            running = [b for b in self.brokers if b.is_running()]
+            admin = AdminClient({"bootstrap.servers": ",".join(b.bootstrap for b in running)})
+            ask = lambda: admin.list_topics(timeout=5)  # noqa: E731
+        else:
+            port = self.broker(via).port
+            ask = lambda: metadata_of(port)  # noqa: E731
         deadline = time.monotonic() + timeout
         md = None
         while time.monotonic() < deadline:
             try:
-                md = admin.list_topics(timeout=5)
+                md = ask()
                 if predicate(md):
                     return md
             except Exception:  # noqa: BLE001 - a broker may be down right now: ask again
                 pass
             time.sleep(0.2)
         raise AssertionError(f"{what}: not reached within {timeout}s; last metadata {md}\n{self.log_tails()}")
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    """A partition in ``MetadataView``: the attributes of confluent's ``PartitionMetadata``."""
+
+    id: int
+    leader: int
+    replicas: list[int]
+    isrs: list[int]
+    #: A confluent ``KafkaError`` for a non-zero error code, else None (as confluent has it).
+    error: Any
+
+
+@dataclass(frozen=True)
+class TopicView:
+    topic: str
+    partitions: dict[int, PartitionView]
+    error: Any
+
+
+@dataclass(frozen=True)
+class BrokerView:
+    id: int
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class MetadataView:
+    """One broker's own Metadata v12 answer, shaped like confluent's ``ClusterMetadata`` so a
+    ``Cluster.wait_for`` predicate reads either."""
+
+    brokers: dict[int, BrokerView]
+    topics: dict[str, TopicView]
+    controller_id: int
+
+
+def metadata_of(port: int) -> MetadataView:
+    """Metadata v12 for every topic, as the broker on ``port`` answers it."""
+    from confluent_kafka import KafkaError
+    from kio.schema.metadata.v12 import request as req
+    from kio.schema.metadata.v12 import response as resp
+
+    def error(code: Any) -> Any:
+        return KafkaError(int(code)) if int(code) else None
+
+    with WireClient(port, timeout=5) as client:
+        answer = client.request(
+            req.MetadataRequest(
+                topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+            ),
+            resp.MetadataResponse,
+        )
+    topics = {
+        str(t.name): TopicView(
+            str(t.name),
+            {
+                int(p.partition_index): PartitionView(
+                    int(p.partition_index),
+                    int(p.leader_id),
+                    [int(b) for b in p.replica_nodes],
+                    [int(b) for b in p.isr_nodes],
+                    error(p.error_code),
+                )
+                for p in t.partitions
+            },
+            error(t.error_code),
+        )
+        for t in answer.topics
+    }
+    brokers = {int(b.node_id): BrokerView(int(b.node_id), str(b.host), int(b.port)) for b in answer.brokers}
+    return MetadataView(brokers, topics, int(answer.controller_id))
 
 
 def _write_locked(path: str) -> bool:
