@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -11,20 +10,11 @@ from pathlib import Path
 
 import pytest
 
-COMPARE = Path(__file__).resolve().parents[2] / "bench" / "compare.py"
-
-
-def load_compare():
-    spec = importlib.util.spec_from_file_location("bench_compare", COMPARE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+from tests.support.bench_scripts import load_bench_script
 
 
 def test_cpu_lists_and_bad_pins() -> None:
-    compare = load_compare()
+    compare = load_bench_script("compare")
     assert compare.parse_cpus("0", "--pin") == {0}
     assert compare.parse_cpus("0,2-3", "--pin") == {0, 2, 3}
     pin = compare.Pinning.parse("0:1", [10, 11])
@@ -32,13 +22,14 @@ def test_cpu_lists_and_bad_pins() -> None:
     for bad in ("0", "a:1", "0:", "0:1-x"):
         with pytest.raises(SystemExit):
             compare.Pinning.parse(bad, [10, 11])
-    with pytest.raises(SystemExit):
-        compare.Pinning.parse("0:1", [])
+    for pids in ([], [10]):  # both brokers' pids are needed
+        with pytest.raises(SystemExit):
+            compare.Pinning.parse("0:1", pids)
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
 def test_a_broker_and_its_threads_and_a_run_are_pinned() -> None:
-    compare = load_compare()
+    compare = load_bench_script("compare")
     first, second = sorted(os.sched_getaffinity(0))[:2]
     # A stand-in broker with a second thread; a thread it starts after the pinning inherits it.
     code = (

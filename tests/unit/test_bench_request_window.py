@@ -2,20 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "produce_consume.py"
-
-
-def load_bench():
-    spec = importlib.util.spec_from_file_location("bench_produce_consume", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+from tests.support.bench_scripts import load_bench_script
 
 
 def stats(rtt_sum_us: int, rtt_cnt: int, waiting: int, records: int) -> dict:
@@ -34,7 +21,7 @@ def stats(rtt_sum_us: int, rtt_cnt: int, waiting: int, records: int) -> dict:
 
 
 def test_round_trips_and_requests_in_flight_are_averaged_over_windows_and_summed_over_producers() -> None:
-    bench = load_bench()
+    bench = load_bench_script("produce_consume")
     first, second = bench.RequestWindow(), bench.RequestWindow()
     first.add(stats(rtt_sum_us=40_000, rtt_cnt=4, waiting=4, records=4_000))  # 10 ms each
     first.add(stats(rtt_sum_us=60_000, rtt_cnt=2, waiting=2, records=2_000))  # 30 ms each
@@ -48,6 +35,6 @@ def test_round_trips_and_requests_in_flight_are_averaged_over_windows_and_summed
 
 
 def test_no_statistics_gives_no_figures() -> None:
-    bench = load_bench()
+    bench = load_bench_script("produce_consume")
     figures = bench.request_window_figures([bench.RequestWindow().totals()], record_size=1_000)
     assert figures == {"request_rtt_ms": None, "requests_in_flight": None, "mb_in_flight": None}
