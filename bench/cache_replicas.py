@@ -63,8 +63,12 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from cluster import free_base_port  # bench/ is on sys.path when a bench script runs
-from produce_consume import ConsumerJob, consumer_main, run_workers
+from bench_clients import (  # bench/ is on sys.path when a bench script runs
+    ConsumerJob,
+    consumer_main,
+    run_workers,
+)
+from cluster import free_base_port
 from replication import ROOT, Cluster, _admin, _wait_for, fill
 
 MB = 1_000_000

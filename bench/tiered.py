@@ -53,8 +53,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from cache_replicas import Scraper, delete_topics, total  # bench/ is on sys.path when a bench script runs
-from produce_consume import load_avg, proc_tree_cpu_s
+from bench_common import load_avg  # bench/ is on sys.path when a bench script runs
+from bench_measure import proc_tree_cpu_s
+from cache_replicas import Scraper, delete_topics, total
 from replication import ROOT, _admin, _wait_for, _watermarks, fill
 from shoal_broker import ShoalBroker
 

@@ -34,7 +34,7 @@ import time
 import uuid
 from typing import Any
 
-from produce_consume import load_avg  # bench/ is on sys.path when a bench script runs
+from bench_common import load_avg  # bench/ is on sys.path when a bench script runs
 from shoal_broker import ShoalBroker
 
 MB = 1_000_000

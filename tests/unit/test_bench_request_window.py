@@ -1,4 +1,4 @@
-"""bench/produce_consume.py's request figures from librdkafka statistics (Little's law check)."""
+"""bench/bench_clients.py's request figures from librdkafka statistics (Little's law check)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def stats(rtt_sum_us: int, rtt_cnt: int, waiting: int, records: int) -> dict:
 
 
 def test_round_trips_and_requests_in_flight_are_averaged_over_windows_and_summed_over_producers() -> None:
-    bench = load_bench_script("produce_consume")
+    bench = load_bench_script("bench_clients")
     first, second = bench.RequestWindow(), bench.RequestWindow()
     first.add(stats(rtt_sum_us=40_000, rtt_cnt=4, waiting=4, records=4_000))  # 10 ms each
     first.add(stats(rtt_sum_us=60_000, rtt_cnt=2, waiting=2, records=2_000))  # 30 ms each
@@ -35,6 +35,13 @@ def test_round_trips_and_requests_in_flight_are_averaged_over_windows_and_summed
 
 
 def test_no_statistics_gives_no_figures() -> None:
-    bench = load_bench_script("produce_consume")
+    bench = load_bench_script("bench_clients")
     figures = bench.request_window_figures([bench.RequestWindow().totals()], record_size=1_000)
+    assert figures == {"request_rtt_ms": None, "requests_in_flight": None, "mb_in_flight": None}
+
+
+def test_producers_without_statistics_give_no_figures() -> None:
+    """kafka-python producers (``--producer-client kafka-python``) report no request window."""
+    bench = load_bench_script("bench_clients")
+    figures = bench.request_window_figures([], record_size=1_000)
     assert figures == {"request_rtt_ms": None, "requests_in_flight": None, "mb_in_flight": None}
