@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.support.broker import BrokerProcess, create_diskless_topic
+from tests.support.broker import BrokerProcess
+from tests.support.kafka_clients import create_diskless_topic
 
 BrokerFactory = Callable[..., BrokerProcess]
 

@@ -30,15 +30,10 @@ from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, 
 from kio.schema.produce.v9.response import ProduceResponse
 from kio.static.primitive import i8, i16, i32, i64
 
-from tests.support.broker import (
-    BrokerProcess,
-    WireClient,
-    admin_client,
-    build_record_batch,
-    confluent_consumer,
-    corrupt_batch,
-    create_diskless_topic,
-)
+from tests.support.broker import BrokerProcess
+from tests.support.kafka_clients import admin_client, confluent_consumer, create_diskless_topic
+from tests.support.record_batches import build_record_batch, corrupt_batch
+from tests.support.wire import WireClient
 
 SOCKET_REQUEST_MAX = 1_048_576
 MESSAGE_MAX = 10_000

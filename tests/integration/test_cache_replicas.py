@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import _test_failed
-from tests.support.broker import create_diskless_topic
 from tests.support.chaos_clients import wait_until
 from tests.support.cluster import Cluster
+from tests.support.kafka_clients import create_diskless_topic
 from tests.support.metrics import Samples, metric
 
 RACKS = ("rack-a", "rack-b", "rack-c")

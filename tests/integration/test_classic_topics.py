@@ -31,22 +31,18 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from kio.static.primitive import i8, i16, i32, i64
 
 from tests.support.acked_producer import AckedProducer, check_acked, consume_all, watermarks
-from tests.support.broker import (
-    BrokerProcess,
-    Rec,
-    Sent,
-    WireClient,
+from tests.support.broker import BrokerProcess
+from tests.support.kafka_clients import (
     admin_client,
-    build_record_batch,
-    check_records,
     confluent_consume,
     confluent_consumer,
     confluent_produce,
     create_diskless_topic,
-    make_workload,
-    produce_request_v9,
     wait_for_topic,
 )
+from tests.support.record_batches import build_record_batch
+from tests.support.wire import WireClient, produce_request_v9
+from tests.support.workload import Rec, Sent, check_records, make_workload
 
 KCAT = shutil.which("kcat") or "/usr/bin/kcat"
 CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}

@@ -22,7 +22,9 @@ from typer.testing import CliRunner
 from shoal.cli import topic_admin
 from shoal.cli.kafka_client import KafkaClient
 from shoal.cli.main import app
-from tests.support.broker import SRC_DIR, BrokerProcess, Sent, confluent_produce
+from tests.support.broker import SRC_DIR, BrokerProcess
+from tests.support.kafka_clients import confluent_produce
+from tests.support.workload import Sent
 
 CLI_TIMEOUT = 120.0
 KAFKA_ID = r"[A-Za-z0-9_-]{22}"  # a topic id as Kafka prints it (base64url, no padding)

@@ -8,7 +8,9 @@ import time
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from tests.support.broker import BrokerProcess, Rec, check_records, create_diskless_topic, make_workload
+from tests.support.broker import BrokerProcess
+from tests.support.kafka_clients import create_diskless_topic
+from tests.support.workload import Rec, check_records, make_workload
 
 CODECS = ["gzip", "snappy", "lz4", "zstd"]
 RECORDS_PER_CODEC = 25_000

@@ -9,16 +9,10 @@ import time
 
 import pytest
 
-from tests.support.broker import (
-    CODEC_IDS,
-    BrokerProcess,
-    check_records,
-    confluent_consume,
-    confluent_produce,
-    create_diskless_topic,
-    make_workload,
-    wal_codec_counts,
-)
+from tests.support.broker import BrokerProcess
+from tests.support.kafka_clients import confluent_consume, confluent_produce, create_diskless_topic
+from tests.support.record_batches import CODEC_IDS, wal_codec_counts
+from tests.support.workload import check_records, make_workload
 
 CODECS = ["gzip", "snappy", "lz4", "zstd"]
 RECORDS_PER_CODEC = 25_000

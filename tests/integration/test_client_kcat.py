@@ -15,7 +15,9 @@ import time
 
 import pytest
 
-from tests.support.broker import BrokerProcess, Rec, Sent, check_records, create_diskless_topic
+from tests.support.broker import BrokerProcess
+from tests.support.kafka_clients import create_diskless_topic
+from tests.support.workload import Rec, Sent, check_records
 
 KCAT = shutil.which("kcat") or "/usr/bin/kcat"
 CODECS = ["gzip", "snappy", "lz4", "zstd"]

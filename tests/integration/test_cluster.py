@@ -24,22 +24,20 @@ from shoal.protocol.apis import ApiKey, request_class, response_class
 from shoal.protocol.build import make, nested
 from shoal.protocol.errors import ErrorCode
 from tests.integration.conftest import _test_failed
-from tests.support.broker import (
-    BrokerProcess,
-    WireClient,
+from tests.support.broker import BrokerProcess
+from tests.support.chaos_clients import wait_until
+from tests.support.cluster import Cluster
+from tests.support.kafka_clients import (
     admin_client,
-    build_record_batch,
-    check_records,
     confluent_consume,
     confluent_produce,
     create_diskless_topic,
-    make_workload,
-    seq_of_rec,
     wait_for_topic,
 )
-from tests.support.chaos_clients import wait_until
-from tests.support.cluster import Cluster
 from tests.support.metrics import metric
+from tests.support.record_batches import build_record_batch
+from tests.support.wire import WireClient
+from tests.support.workload import check_records, make_workload, seq_of_rec
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import _test_failed
-from tests.support.broker import confluent_consume, create_diskless_topic
 from tests.support.chaos_clients import (
     Acks,
     GroupReader,
@@ -28,6 +27,7 @@ from tests.support.chaos_clients import (
     wait_until,
 )
 from tests.support.cluster import Cluster
+from tests.support.kafka_clients import confluent_consume, create_diskless_topic
 from tests.support.metrics import metric
 
 TOPIC = "chaos"

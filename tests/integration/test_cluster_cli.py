@@ -31,17 +31,9 @@ from shoal.cli.cluster_info import describe_cluster, via_metadata
 from shoal.cli.cluster_plan import PlanError, parse_racks, plan_cluster, properties_text, rack_of
 from shoal.cli.kafka_client import KafkaClient
 from shoal.properties import parse_properties
-from tests.support.broker import (
-    HOST,
-    SRC_DIR,
-    BrokerProcess,
-    Sent,
-    confluent_consume,
-    confluent_produce,
-    create_diskless_topic,
-    free_port,
-    wait_ready,
-)
+from tests.support.broker import HOST, SRC_DIR, BrokerProcess, free_port, wait_ready
+from tests.support.kafka_clients import confluent_consume, confluent_produce, create_diskless_topic
+from tests.support.workload import Sent
 
 CLI_TIMEOUT = 60.0
 STARTED = re.compile(r"Started (broker-\d+) \(node \d+, pid (\d+)\)")

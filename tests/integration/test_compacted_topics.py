@@ -24,7 +24,8 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from tests.support.broker import BrokerProcess, admin_client, confluent_consumer, free_port, wait_for_topic
+from tests.support.broker import BrokerProcess, free_port
+from tests.support.kafka_clients import admin_client, confluent_consumer, wait_for_topic
 from tests.support.metrics import metric, scrape
 
 pytestmark = pytest.mark.slow

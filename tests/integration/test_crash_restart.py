@@ -14,15 +14,14 @@ from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPa
 from confluent_kafka.admin import ConfigResource, ResourceType
 
 from tests.support.acked_producer import AckedProducer, check_acked_ids, consume_all, id_records, watermarks
-from tests.support.broker import (
-    BrokerProcess,
+from tests.support.broker import BrokerProcess
+from tests.support.kafka_clients import (
     admin_client,
-    check_records,
     confluent_consume,
     confluent_produce,
     create_diskless_topic,
-    make_workload,
 )
+from tests.support.workload import check_records, make_workload
 
 KILL_CYCLES = 3
 

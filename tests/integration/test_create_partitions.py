@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import NewPartitions, NewTopic
 
 from tests.integration.conftest import BrokerFactory
-from tests.support.broker import admin_client, wait_for_topic
+from tests.support.kafka_clients import admin_client, wait_for_topic
 
 RECORDS_PER_PHASE = 300
 

@@ -19,16 +19,15 @@ from shoal.protocol.apis import ApiKey, request_class, response_class
 from shoal.protocol.build import make, nested
 from shoal.protocol.errors import ErrorCode
 from tests.integration.conftest import _test_failed
-from tests.support.broker import (
-    WireClient,
+from tests.support.cluster import Cluster
+from tests.support.kafka_clients import (
     admin_client,
-    check_records,
     confluent_consume,
     confluent_produce,
     create_diskless_topic,
-    make_workload,
 )
-from tests.support.cluster import Cluster
+from tests.support.wire import WireClient
+from tests.support.workload import check_records, make_workload
 
 TOPIC = "elected"
 PARTITIONS = 3

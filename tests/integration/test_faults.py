@@ -34,18 +34,16 @@ from shoal.objects import faulty as storage_faults
 from shoal.objects.faulty import Fault
 from tests.integration.conftest import BrokerFactory
 from tests.support.acked_producer import AckedProducer, check_acked_ids, id_records, watermarks
-from tests.support.broker import (
-    BrokerProcess,
+from tests.support.broker import BrokerProcess, free_port
+from tests.support.kafka_clients import (
     admin_client,
-    check_records,
     confluent_consume,
     confluent_consumer,
     confluent_produce,
     create_diskless_topic,
-    free_port,
-    make_workload,
 )
 from tests.support.metrics import Samples, metric, scrape
+from tests.support.workload import check_records, make_workload
 
 PARTITIONS = 4
 RATE = 2000  # records/s the producer offers at most

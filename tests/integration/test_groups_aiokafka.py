@@ -14,7 +14,6 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
 
 from tests.integration.conftest import BrokerFactory
-from tests.support.broker import confluent_consume, create_diskless_topic, make_workload
 from tests.support.groups import FAST_GROUP_OVERRIDES
 from tests.support.groups_in_process import (
     InProcessMember,
@@ -22,6 +21,8 @@ from tests.support.groups_in_process import (
     produce,
     split_leave_takeover_and_resume,
 )
+from tests.support.kafka_clients import confluent_consume, create_diskless_topic
+from tests.support.workload import make_workload
 
 SESSION_TIMEOUT_MS = 10000
 

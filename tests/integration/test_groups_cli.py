@@ -23,7 +23,9 @@ import pytest
 
 from shoal.cli.group_describe import parse_states
 from shoal.cli.group_reset import parse_datetime_ms, parse_duration_ms, parse_topic_specs
-from tests.support.broker import SRC_DIR, BrokerProcess, Sent, confluent_produce, create_diskless_topic
+from tests.support.broker import SRC_DIR, BrokerProcess
+from tests.support.kafka_clients import confluent_produce, create_diskless_topic
+from tests.support.workload import Sent
 
 # The broker's default initial rebalance delay (3 s) only slows the first join down.
 GROUP_OVERRIDES = {"group.initial.rebalance.delay.ms": 0}

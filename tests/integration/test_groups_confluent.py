@@ -16,15 +16,7 @@ import pytest
 from confluent_kafka import OFFSET_INVALID, KafkaError, KafkaException, TopicPartition
 
 from tests.integration.conftest import BrokerFactory
-from tests.support.broker import (
-    BrokerProcess,
-    admin_client,
-    confluent_consume,
-    confluent_consumer,
-    confluent_produce,
-    create_diskless_topic,
-    make_workload,
-)
+from tests.support.broker import BrokerProcess
 from tests.support.groups import (
     FAST_GROUP_OVERRIDES,
     balanced,
@@ -41,6 +33,14 @@ from tests.support.groups_confluent import (
     confluent_committed,
     describe_processes,
 )
+from tests.support.kafka_clients import (
+    admin_client,
+    confluent_consume,
+    confluent_consumer,
+    confluent_produce,
+    create_diskless_topic,
+)
+from tests.support.workload import make_workload
 
 
 def _group(topic: str) -> str:

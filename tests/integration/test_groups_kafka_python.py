@@ -16,13 +16,14 @@ from kafka import ConsumerRebalanceListener, KafkaConsumer, OffsetAndMetadata, T
 from kafka.errors import KafkaError, KafkaTimeoutError, UnknownTopicOrPartitionError
 
 from tests.integration.conftest import BrokerFactory
-from tests.support.broker import confluent_consume, confluent_produce, create_diskless_topic, make_workload
 from tests.support.groups import FAST_GROUP_OVERRIDES
 from tests.support.groups_in_process import (
     InProcessMember,
     RecordingListener,
     split_leave_takeover_and_resume,
 )
+from tests.support.kafka_clients import confluent_consume, confluent_produce, create_diskless_topic
+from tests.support.workload import make_workload
 
 SESSION_TIMEOUT_MS = 10000
 

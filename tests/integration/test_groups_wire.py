@@ -14,7 +14,9 @@ from shoal.protocol.apis import ApiKey, request_class, response_class
 from shoal.protocol.build import make, nested
 from shoal.protocol.errors import ErrorCode
 from tests.integration.conftest import BrokerFactory
-from tests.support.broker import BrokerProcess, WireClient, create_diskless_topic
+from tests.support.broker import BrokerProcess
+from tests.support.kafka_clients import create_diskless_topic
+from tests.support.wire import WireClient
 
 MS = datetime.timedelta(milliseconds=1)
 FAST_GROUPS = {"group.initial.rebalance.delay.ms": 0}

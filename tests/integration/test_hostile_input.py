@@ -27,17 +27,15 @@ import pytest
 from confluent_kafka.admin import NewTopic
 
 from tests.integration.conftest import BrokerFactory
-from tests.support.broker import (
-    REPO_ROOT,
-    BrokerProcess,
+from tests.support.broker import REPO_ROOT, BrokerProcess
+from tests.support.kafka_clients import (
     admin_client,
-    check_records,
     confluent_consume,
     confluent_produce,
     create_diskless_topic,
-    make_workload,
     wait_for_topic,
 )
+from tests.support.workload import check_records, make_workload
 
 SCALE = 0.2  # connection/request counts and hold times; bombs keep their full size
 FETCH_REQUESTS = 500  # x SCALE = 100 pipelined 8 MB Fetches, the full-size fetch load

@@ -32,16 +32,11 @@ from tests.integration.test_classic_topics import (
     wire_produce,
 )
 from tests.support.acked_producer import AckedProducer, check_acked, consume_all
-from tests.support.broker import (
-    BrokerProcess,
-    check_records,
-    confluent_consume,
-    confluent_produce,
-    free_port,
-    make_workload,
-)
+from tests.support.broker import BrokerProcess, free_port
 from tests.support.failfs import FailingDisk
+from tests.support.kafka_clients import confluent_consume, confluent_produce
 from tests.support.metrics import metric, scrape
+from tests.support.workload import check_records, make_workload
 
 STORAGE_EXCEPTION = "org.apache.kafka.common.errors.KafkaStorageException"  # what kafka-log-dirs.sh prints
 

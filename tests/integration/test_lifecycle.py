@@ -28,22 +28,17 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from shoal.coordinator.faulty import Fault, write_control_file
 from tests.integration.conftest import BrokerFactory
-from tests.support.broker import (
-    SRC_DIR,
-    BrokerProcess,
-    Sent,
+from tests.support.broker import SRC_DIR, BrokerProcess, free_port
+from tests.support.kafka_clients import (
     admin_client,
-    build_record_batch,
-    check_records,
     confluent_consume,
     confluent_consumer,
     create_diskless_topic,
-    free_port,
-    make_workload,
-    seq_of_rec,
 )
 from tests.support.metrics import Samples, metric
 from tests.support.metrics import scrape as scrape_port
+from tests.support.record_batches import build_record_batch
+from tests.support.workload import Sent, check_records, make_workload, seq_of_rec
 
 CLI_TIMEOUT = 120.0
 WAIT_S = 30.0  # bound of every wait for a background task (retention, cleaner) to act

@@ -12,7 +12,9 @@ from confluent_kafka import KafkaError, KafkaException
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.api_versions.v3.response import ApiVersionsResponse
 
-from tests.support.broker import BrokerProcess, Reader, WireClient, admin_client
+from tests.support.broker import BrokerProcess
+from tests.support.kafka_clients import admin_client
+from tests.support.wire import Reader, WireClient
 
 NULL_UUID = b"\x00" * 16
 
@@ -168,7 +170,7 @@ def test_describe_cluster_and_topic_partitions(broker: BrokerProcess, diskless_t
 
 
 def test_delete_topic(broker: BrokerProcess, topic_name: str) -> None:
-    from tests.support.broker import create_diskless_topic
+    from tests.support.kafka_clients import create_diskless_topic
 
     create_diskless_topic(broker.bootstrap, topic_name, partitions=2)
     admin = admin_client(broker.bootstrap)

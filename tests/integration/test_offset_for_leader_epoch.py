@@ -10,15 +10,10 @@ import pytest
 from shoal.protocol.apis import ApiKey, request_class, response_class
 from shoal.protocol.build import make, nested
 from shoal.protocol.errors import ErrorCode
-from tests.support.broker import (
-    BrokerProcess,
-    WireClient,
-    admin_client,
-    confluent_produce,
-    create_diskless_topic,
-    make_workload,
-    wait_for_topic,
-)
+from tests.support.broker import BrokerProcess
+from tests.support.kafka_clients import admin_client, confluent_produce, create_diskless_topic, wait_for_topic
+from tests.support.wire import WireClient
+from tests.support.workload import make_workload
 
 
 def end_offsets(port: int, version: int, topic: str, asks: list[tuple[int, int, int]]) -> list[tuple[Any, ...]]:

@@ -14,13 +14,9 @@ from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopi
 from kio.schema.fetch.v12.response import FetchResponse
 from kio.static.primitive import i8, i32, i64
 
-from tests.support.broker import (
-    BrokerProcess,
-    WireClient,
-    admin_client,
-    confluent_consumer,
-    create_diskless_topic,
-)
+from tests.support.broker import BrokerProcess
+from tests.support.kafka_clients import admin_client, confluent_consumer, create_diskless_topic
+from tests.support.wire import WireClient
 
 
 def _produce_with_timestamps(

@@ -12,7 +12,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests.integration.conftest import BrokerFactory
 from tests.support.acked_producer import AckedProducer, check_acked_ids, consume_all, id_records
-from tests.support.broker import create_diskless_topic
+from tests.support.kafka_clients import create_diskless_topic
 from tests.support.postgres import PostgresServer
 
 

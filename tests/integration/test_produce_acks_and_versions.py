@@ -14,17 +14,16 @@ from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.serial import entity_writer
 from kio.static.primitive import i8, i16, i32, i64
 
-from tests.support.broker import (
-    BrokerProcess,
-    WireClient,
-    build_record_batch,
-    check_records,
+from tests.support.broker import BrokerProcess
+from tests.support.kafka_clients import (
     confluent_consume,
     confluent_consumer,
     confluent_produce,
     create_diskless_topic,
-    make_workload,
 )
+from tests.support.record_batches import build_record_batch
+from tests.support.wire import WireClient
+from tests.support.workload import check_records, make_workload
 
 
 @pytest.mark.parametrize("acks", ["0", "1", "all"])

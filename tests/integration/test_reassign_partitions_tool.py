@@ -23,9 +23,9 @@ import pytest
 
 from tests.integration.conftest import _test_failed
 from tests.integration.test_classic_topics import run_shoal
-from tests.support.broker import admin_client, confluent_consume
 from tests.support.chaos_clients import wait_until
 from tests.support.cluster import Cluster
+from tests.support.kafka_clients import admin_client, confluent_consume
 
 TOPIC = "orders"
 ORIGINAL = {0: [1, 2, 3], 1: [2, 3, 1]}

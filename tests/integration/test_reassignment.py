@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import _test_failed
-from tests.support.broker import admin_client, confluent_consume
 from tests.support.chaos_clients import Acks, run_confluent, wait_until
 from tests.support.cluster import Cluster
+from tests.support.kafka_clients import admin_client, confluent_consume
 
 TOPIC = "moving"
 

@@ -19,7 +19,6 @@ import pytest
 
 from tests.integration.conftest import _test_failed
 from tests.integration.test_classic_topics import wire_produce
-from tests.support.broker import admin_client, confluent_consume
 from tests.support.chaos_clients import (
     Acks,
     GroupReader,
@@ -29,6 +28,7 @@ from tests.support.chaos_clients import (
     wait_until,
 )
 from tests.support.cluster import Cluster
+from tests.support.kafka_clients import admin_client, confluent_consume
 from tests.support.metrics import metric
 
 NOT_ENOUGH_REPLICAS = 19

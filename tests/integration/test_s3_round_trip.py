@@ -8,15 +8,10 @@ from typing import Any
 import boto3
 import pytest
 
-from tests.support.broker import (
-    BrokerProcess,
-    check_records,
-    confluent_consume,
-    confluent_produce,
-    create_diskless_topic,
-    make_workload,
-    split_wal_object,
-)
+from tests.support.broker import BrokerProcess
+from tests.support.kafka_clients import confluent_consume, confluent_produce, create_diskless_topic
+from tests.support.record_batches import split_wal_object
+from tests.support.workload import check_records, make_workload
 
 
 def _bucket_objects(broker: Any) -> dict[str, bytes]:

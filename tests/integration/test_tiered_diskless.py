@@ -24,8 +24,9 @@ from tests.integration.test_tiered_storage import (
     tiered_objects,
     tiered_state,
 )
-from tests.support.broker import BrokerProcess, confluent_consume, create_diskless_topic, free_port
+from tests.support.broker import BrokerProcess, free_port
 from tests.support.chaos_clients import wait_until
+from tests.support.kafka_clients import confluent_consume, create_diskless_topic
 from tests.support.metrics import metric, scrape
 
 DISKLESS_TIERED_BROKER = {
@@ -102,7 +103,7 @@ def test_diskless_topic_tiered_on_a_local_directory(broker_factory: Any, topic_n
     # Total retention applies to the tiered segments and moves the log start clients see.
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
-    from tests.support.broker import admin_client
+    from tests.support.kafka_clients import admin_client
 
     admin = admin_client(broker.bootstrap)
     resource = ConfigResource("TOPIC", topic_name, incremental_configs=[

@@ -37,9 +37,9 @@ from tests.integration.test_tiered_failures import (  # noqa: F401 (make_cluster
     set_faults,
     wait_in_sync,
 )
-from tests.support.broker import admin_client
 from tests.support.chaos_clients import wait_until
 from tests.support.cluster import Cluster
+from tests.support.kafka_clients import admin_client
 
 
 def create_diskless_topic(cluster: Cluster) -> None:

@@ -35,9 +35,9 @@ from shoal.tiered.api import RemoteLogSegmentMetadata, RemoteLogSegmentState, To
 from shoal.tiered.storage_manager import kafka_uuid
 from tests.integration.conftest import _test_failed
 from tests.integration.test_tiered_storage import list_offset
-from tests.support.broker import admin_client, confluent_consume
 from tests.support.chaos_clients import wait_until
 from tests.support.cluster import Cluster
+from tests.support.kafka_clients import admin_client, confluent_consume
 
 TOPIC = "tiered-chaos"
 BROKER = {

@@ -18,16 +18,11 @@ import pytest
 from shoal.protocol.apis import ApiKey, request_class, response_class
 from shoal.protocol.build import make, nested
 from shoal.protocol.errors import ErrorCode
-from tests.support.broker import (
-    BrokerProcess,
-    WireClient,
-    admin_client,
-    confluent_consume,
-    free_port,
-    wait_for_topic,
-)
+from tests.support.broker import BrokerProcess, free_port
 from tests.support.chaos_clients import wait_until
+from tests.support.kafka_clients import admin_client, confluent_consume, wait_for_topic
 from tests.support.metrics import metric, scrape
+from tests.support.wire import WireClient
 
 TIERED_BROKER = {
     "remote.log.storage.system.enable": "true",

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from shoal.store.locate import NO_CONFIG_MESSAGE
-from tests.support.broker import SRC_DIR, BrokerProcess, confluent_produce, make_workload
+from tests.support.broker import SRC_DIR, BrokerProcess
+from tests.support.kafka_clients import confluent_produce
+from tests.support.workload import make_workload
 
 TOOLS = [
     ("diskless-metadata", "topic", "t"),

@@ -30,15 +30,8 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from tests.support.broker import (
-    BrokerProcess,
-    WireClient,
-    admin_client,
-    confluent_consume,
-    confluent_produce,
-    make_workload,
-    wait_for_topic,
-)
+from tests.support.broker import BrokerProcess
+from tests.support.kafka_clients import admin_client, confluent_consume, confluent_produce, wait_for_topic
 from tests.support.topic_configs import (
     INVALID,
     INVALID_TOGETHER,
@@ -46,6 +39,8 @@ from tests.support.topic_configs import (
     REFUSED_BY_DESIGN,
     VALID_NON_DEFAULT,
 )
+from tests.support.wire import WireClient
+from tests.support.workload import make_workload
 
 BROKER_DELETE_DELAY_MS = "45000"  # log.segment.delete.delay.ms, the synonym of file.delete.delay.ms
 

@@ -26,8 +26,9 @@ from confluent_kafka.admin import NewTopic
 from shoal.cluster.placement import partition_owner
 from shoal.protocol.key_partitions import transaction_partition
 from tests.integration.conftest import _test_failed
-from tests.support.broker import admin_client, create_diskless_topic, support_module_env, wait_for_topic
+from tests.support.broker import support_module_env
 from tests.support.cluster import Cluster
+from tests.support.kafka_clients import admin_client, create_diskless_topic, wait_for_topic
 
 SOURCE, SINK, GROUP, TXN_ID = "eos-in", "eos-out", "eos-group", "eos-loop"
 PARTITIONS = 3

@@ -19,7 +19,9 @@ from shoal.protocol.build import make, nested
 from shoal.records.codec import build_batch
 from tests.integration.test_cli_tools import shoal
 from tests.integration.test_transactions_clients import create_topic, flat, read_all
-from tests.support.broker import BrokerProcess, WireClient, create_diskless_topic
+from tests.support.broker import BrokerProcess
+from tests.support.kafka_clients import create_diskless_topic
+from tests.support.wire import WireClient
 
 
 def txn(broker: BrokerProcess, *args: str) -> object:

@@ -14,7 +14,8 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from tests.support.broker import BrokerProcess, admin_client, wait_for_topic
+from tests.support.broker import BrokerProcess
+from tests.support.kafka_clients import admin_client, wait_for_topic
 
 pytestmark = pytest.mark.timeout(180)
 

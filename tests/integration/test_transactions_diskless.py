@@ -14,8 +14,9 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from tests.integration.test_transactions_clients import create_topic, expect, flat, read_all
-from tests.support.broker import BrokerProcess, create_diskless_topic
+from tests.support.broker import BrokerProcess
 from tests.support.cluster import Cluster
+from tests.support.kafka_clients import create_diskless_topic
 
 
 def test_one_transaction_spans_classic_and_diskless(broker: BrokerProcess, topic_name: str) -> None:

@@ -17,18 +17,11 @@ import pytest
 from confluent_kafka import Producer
 
 from shoal.diskless.append import EARLY_CLOSE_FRACTION
-from tests.support.broker import (
-    BrokerProcess,
-    WireClient,
-    build_record_batch,
-    check_records,
-    confluent_consume,
-    confluent_produce,
-    create_diskless_topic,
-    make_workload,
-    produce_request_v9,
-    split_wal_object,
-)
+from tests.support.broker import BrokerProcess
+from tests.support.kafka_clients import confluent_consume, confluent_produce, create_diskless_topic
+from tests.support.record_batches import build_record_batch, split_wal_object
+from tests.support.wire import WireClient, produce_request_v9
+from tests.support.workload import check_records, make_workload
 
 
 def test_wal_objects_start_with_version_zero(broker: BrokerProcess, topic_name: str) -> None:

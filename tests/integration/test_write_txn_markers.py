@@ -20,17 +20,17 @@ from confluent_kafka.admin import NewTopic
 from shoal.protocol.apis import ApiKey, request_class, response_class
 from shoal.protocol.build import make, nested
 from tests.integration.conftest import _test_failed
-from tests.support.broker import (
-    BrokerProcess,
-    Sent,
-    WireClient,
+from tests.support.broker import BrokerProcess
+from tests.support.cluster import Cluster
+from tests.support.kafka_clients import (
     admin_client,
     confluent_consume,
     confluent_produce,
     create_diskless_topic,
     wait_for_topic,
 )
-from tests.support.cluster import Cluster
+from tests.support.wire import WireClient
+from tests.support.workload import Sent
 
 NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = 3

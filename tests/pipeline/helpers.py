@@ -6,7 +6,9 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from tests.support.broker import BrokerProcess, Rec, create_diskless_topic
+from tests.support.broker import BrokerProcess
+from tests.support.kafka_clients import create_diskless_topic
+from tests.support.workload import Rec
 
 # (partition, offset, key, value, headers, timestamp ms, timestamp type)
 Row = tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int, int]

@@ -42,7 +42,9 @@ from shoal.records.types import TimestampType
 from shoal.records.wal import build_segment, iter_segment
 from shoal.store.sqlite.coordinator import SqliteBatchCoordinator
 from tests.pipeline.helpers import new_topic, rows_from_consumer
-from tests.support.broker import BrokerProcess, Rec, confluent_consume, make_workload, rec_from_confluent
+from tests.support.broker import BrokerProcess
+from tests.support.kafka_clients import confluent_consume, rec_from_confluent
+from tests.support.workload import Rec, make_workload
 
 TOPIC_ID = uuid.UUID("12345678-1234-5678-1234-567812345678")
 OTHER_ID = uuid.UUID("87654321-4321-8765-4321-876543218765")
@@ -331,7 +333,7 @@ class _LiveConsumer(threading.Thread):
     def run(self) -> None:
         from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-        from tests.support.broker import confluent_consumer
+        from tests.support.kafka_clients import confluent_consumer
 
         consumer = confluent_consumer(self.broker.bootstrap, **{"fetch.wait.max.ms": 50})
         start = [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(3)]

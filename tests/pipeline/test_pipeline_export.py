@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 
 from tests.pipeline.helpers import new_topic, rows_from_arrow, rows_from_consumer
-from tests.support.broker import BrokerProcess, confluent_consume, confluent_produce, make_workload
+from tests.support.broker import BrokerProcess
+from tests.support.kafka_clients import confluent_consume, confluent_produce
+from tests.support.workload import make_workload
 
 pytest.importorskip("pyspark")
 

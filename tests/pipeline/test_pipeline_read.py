@@ -15,14 +15,10 @@ from typing import Any
 import pytest
 
 from tests.pipeline.helpers import new_topic, rows_from_arrow, rows_from_consumer, source_options
-from tests.support.broker import (
-    CODEC_IDS,
-    BrokerProcess,
-    confluent_consume,
-    confluent_produce,
-    make_workload,
-    wal_codec_counts,
-)
+from tests.support.broker import BrokerProcess
+from tests.support.kafka_clients import confluent_consume, confluent_produce
+from tests.support.record_batches import CODEC_IDS, wal_codec_counts
+from tests.support.workload import make_workload
 
 pytest.importorskip("pyspark")
 

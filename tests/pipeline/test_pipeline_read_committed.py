@@ -315,7 +315,7 @@ def test_read_committed_through_the_broker(pipeline_broker: Any) -> None:
     from confluent_kafka.admin import NewTopic
 
     from tests.pipeline.helpers import source_options
-    from tests.support.broker import admin_client, wait_for_topic
+    from tests.support.kafka_clients import admin_client, wait_for_topic
 
     topic = f"classic-txn-{uuid.uuid4().hex[:8]}"
     admin = admin_client(pipeline_broker.bootstrap)

@@ -462,8 +462,10 @@ def test_spark_reads_a_tiered_diskless_topic_from_offset_zero(
     segments; Spark reads the whole topic from object storage, byte for byte."""
     from tests.integration.test_tiered_storage import TIERED_BROKER, list_offset
     from tests.pipeline.helpers import new_topic, rows_from_arrow, rows_from_consumer, source_options
-    from tests.support.broker import BrokerProcess, confluent_consume, confluent_produce, make_workload
+    from tests.support.broker import BrokerProcess
     from tests.support.chaos_clients import wait_until
+    from tests.support.kafka_clients import confluent_consume, confluent_produce
+    from tests.support.workload import make_workload
 
     broker = BrokerProcess(tmp_path_factory.mktemp("tiered-broker"), overrides=TIERED_BROKER)
     broker.start()

@@ -27,7 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.support.broker import Rec, confluent_consume, confluent_consumer, seq_of_rec, support_module_env
+from tests.support.broker import support_module_env
+from tests.support.kafka_clients import confluent_consume, confluent_consumer
+from tests.support.workload import Rec, seq_of_rec
 
 POLL_EVERY = 200  # records produced between two polls for delivery reports
 

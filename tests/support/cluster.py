@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.support.broker import BrokerProcess, WireClient, free_port
+from tests.support.broker import BrokerProcess, free_port
 from tests.support.metrics import Samples, metric, scrape
+from tests.support.wire import WireClient
 
 #: Fast membership for tests: fencing within ~2 s instead of Kafka's 9 s.
 FAST_MEMBERSHIP = {"broker.heartbeat.interval.ms": 250, "broker.session.timeout.ms": 2000}

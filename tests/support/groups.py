@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tests.support.broker import Sent
+    from tests.support.workload import Sent
 
 # The broker default (3000 ms) delays only the first rebalance of an empty group; tests that
 # don't exercise that delay set it to 0 to stay short.

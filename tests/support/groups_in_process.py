@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
-from tests.support.broker import BrokerProcess, confluent_produce, create_diskless_topic, make_workload
+from tests.support.broker import BrokerProcess
 from tests.support.groups import (
     FAST_GROUP_OVERRIDES,
     ConsumerLog,
@@ -27,6 +27,8 @@ from tests.support.groups import (
     merge_expected,
     seq_from_headers,
 )
+from tests.support.kafka_clients import confluent_produce, create_diskless_topic
+from tests.support.workload import make_workload
 
 
 class RecordingListener:
