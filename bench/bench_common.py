@@ -56,7 +56,7 @@ def parse_kv(items: list[str], what: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
-        if not sep or not key:
+        if not sep or not key.strip():
             raise SystemExit(f"{what} expects key=value, got {item!r}")
         out[key.strip()] = value.strip()
     return out

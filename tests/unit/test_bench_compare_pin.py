@@ -1,4 +1,4 @@
-"""bench/compare.py --pin: CPU lists parsed as taskset does, brokers' threads and runs pinned."""
+"""bench/compare.py --pin (bench/compare_runs.py): CPU lists parsed as taskset does, brokers' threads and runs pinned."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tests.support.bench_scripts import load_bench_script
 
 
 def test_cpu_lists_and_bad_pins() -> None:
-    compare = load_bench_script("compare")
+    compare = load_bench_script("compare_runs")
     assert compare.parse_cpus("0", "--pin") == {0}
     assert compare.parse_cpus("0,2-3", "--pin") == {0, 2, 3}
     pin = compare.Pinning.parse("0:1", [10, 11])
@@ -29,7 +29,7 @@ def test_cpu_lists_and_bad_pins() -> None:
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
 def test_a_broker_and_its_threads_and_a_run_are_pinned() -> None:
-    compare = load_bench_script("compare")
+    compare = load_bench_script("compare_runs")
     first, second = sorted(os.sched_getaffinity(0))[:2]
     # A stand-in broker with a second thread; a thread it starts after the pinning inherits it.
     code = (
