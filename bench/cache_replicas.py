@@ -69,7 +69,8 @@ from bench_clients import (  # bench/ is on sys.path when a bench script runs
     run_workers,
 )
 from cluster import free_base_port
-from replication import ROOT, Cluster, _admin, _wait_for, fill
+from local_cluster import ROOT, Cluster, admin_client
+from replication_catchup import fill, wait_for
 
 MB = 1_000_000
 SETUPS = ("cache", "direct")
@@ -161,7 +162,7 @@ def window(before: dict[str, Snapshot], after: dict[str, Snapshot], topic: str) 
 
 def broker_racks(bootstrap: str) -> dict[int, str | None]:
     """Node id -> rack, from DescribeCluster."""
-    admin = _admin(bootstrap)  # kept alive until the answer: a destroyed client fails its futures
+    admin = admin_client(bootstrap)  # kept alive until the answer: a destroyed client fails its futures
     described = admin.describe_cluster(request_timeout=15).result(30)
     return {node.id: node.rack for node in described.nodes}
 
@@ -170,7 +171,7 @@ def create_topic(bootstrap: str, name: str, rf: int, args: argparse.Namespace) -
     """A diskless topic with ``rf`` replicas; waits until every partition has them and a leader."""
     from confluent_kafka.admin import NewTopic
 
-    admin = _admin(bootstrap)
+    admin = admin_client(bootstrap)
     new = NewTopic(
         name, num_partitions=args.partitions, replication_factor=rf, config={"diskless.enable": "true"}
     )
@@ -181,7 +182,7 @@ def create_topic(bootstrap: str, name: str, rf: int, args: argparse.Namespace) -
             m.leader >= 0 and len(m.replicas) == rf for m in ps.values()
         )
 
-    ok, _, parts = _wait_for(admin, name, 60, 0.2, placed)
+    ok, _, parts = wait_for(admin, name, 60, 0.2, placed)
     if not ok or parts is None:
         raise RuntimeError(f"topic {name}: not every partition had {rf} replicas and a leader after 60s")
     return {
@@ -207,13 +208,13 @@ def wait_caches(
     """Every replica of ``topic`` in the ISR, and (with metrics) every cache at lag 0 and in sync
     in two scrapes 0.5 s apart (a cache's lag is measured against the high watermark it last saw,
     so one scrape can show 0 before the round that sees the last commit)."""
-    admin = _admin(bootstrap)
+    admin = admin_client(bootstrap)
     start = time.monotonic()
 
     def full(ps: dict[int, Any]) -> bool:
         return len(ps) >= args.partitions and all(set(m.replicas) <= set(m.isrs) for m in ps.values())
 
-    ok, waited, parts = _wait_for(admin, topic, args.cache_timeout, 0.2, full)
+    ok, waited, parts = wait_for(admin, topic, args.cache_timeout, 0.2, full)
     out: dict[str, Any] = {"full_isr": ok, "full_isr_s": round(waited, 3)}
     if not ok:
         out["isr"] = {str(p): list(m.isrs) for p, m in (parts or {}).items()}
@@ -246,7 +247,7 @@ def wait_caches(
 
 def delete_topics(bootstrap: str, names: list[str]) -> list[str]:
     """Delete the topics this bench made on a running cluster (best effort); the ones that failed."""
-    admin = _admin(bootstrap)
+    admin = admin_client(bootstrap)
     failed = []
     for name, future in admin.delete_topics(names, operation_timeout=30, request_timeout=30).items():
         try:

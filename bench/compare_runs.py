@@ -58,8 +58,8 @@ def cpu_busy_pct(sample_s: float = 1.0) -> float | None:
 # --------------------------------------------------------------------------------------
 
 
-def _stop_group(proc: subprocess.Popen[str]) -> None:
-    """Stop a child benchmark and its worker processes (its own process group)."""
+def stop_group(proc: subprocess.Popen[str]) -> None:
+    """Stop a child benchmark and its worker processes (its own process group): SIGTERM, then SIGKILL."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
     try:
@@ -70,7 +70,8 @@ def _stop_group(proc: subprocess.Popen[str]) -> None:
         proc.wait(10)
 
 
-def _relay(stream: Any, prefix: str, tail: collections.deque[str]) -> None:
+def relay_lines(stream: Any, prefix: str, tail: collections.deque[str]) -> None:
+    """A child's output to stderr behind ``prefix``, its last lines kept in ``tail``."""
     for line in stream:
         line = line.rstrip("\n")
         if not line.strip() or "[Stage " in line:  # Spark's progress bars
@@ -145,16 +146,16 @@ def run_child(
             start_new_session=True,
             preexec_fn=pin.pin_client if pin is not None else None,
         )
-        relay = threading.Thread(target=_relay, args=(proc.stderr, prefix, tail), daemon=True)
+        relay = threading.Thread(target=relay_lines, args=(proc.stderr, prefix, tail), daemon=True)
         relay.start()
         try:
             proc.wait(timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
             log(f"{prefix} still running after {timeout:.0f}s: stopping it")
-            _stop_group(proc)
+            stop_group(proc)
         except BaseException:  # Ctrl-C: the child's own session does not get it
-            _stop_group(proc)
+            stop_group(proc)
             raise
         relay.join(5)
         out.seek(0)

@@ -47,11 +47,7 @@ import argparse
 import collections
 import contextlib
 import json
-import logging
 import os
-import re
-import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -63,215 +59,16 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from cluster import free_base_port  # bench/cluster.py: scripts in bench/ run with it on sys.path
-
-ROOT = Path(__file__).resolve().parents[1]
-MB = 1_000_000
+from compare_runs import relay_lines, stop_group  # bench/ is on sys.path when a bench script runs
+from local_cluster import ROOT, Cluster, admin_client
+from replication_catchup import catchup_once
 
 #: The setups: replication factor and topic configs (besides the shared client settings).
 SETUPS = ("rf3", "rf1")
-#: ``shoal up``'s supervisor logs this line for each broker it starts.
-_STARTED = re.compile(r"Started broker-\d+ \(node (\d+), pid (\d+)\)")
 
 
 def log(msg: str) -> None:
     print(f"[replication {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-class _FirstN(logging.Filter):
-    """Let the first ``limit`` client log lines through (a stopped broker makes librdkafka chatty)."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__()
-        self.left = limit
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        self.left -= 1
-        return self.left >= 0
-
-
-def _client_logger() -> logging.Logger:
-    logger = logging.getLogger("bench.replication.client")
-    if not logger.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("  librdkafka: %(message)s"))
-        logger.addHandler(handler)
-        logger.addFilter(_FirstN(30))
-        logger.setLevel(logging.WARNING)
-        logger.propagate = False
-    return logger
-
-
-def _admin(bootstrap: str) -> Any:
-    from confluent_kafka.admin import AdminClient
-
-    return AdminClient(
-        {"bootstrap.servers": bootstrap, "client.id": "bench-replication", "logger": _client_logger()}
-    )
-
-
-def _round(value: float | None, digits: int = 3) -> float | None:
-    return None if value is None else round(value, digits)
-
-
-# --------------------------------------------------------------------------------------
-# The cluster this script starts
-# --------------------------------------------------------------------------------------
-
-
-def _listening(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
-def _parent_pid(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state, past "(comm)"
-
-
-class Cluster:
-    """``shoal up --brokers N`` on a fresh data dir: its supervisor, and each broker's pid."""
-
-    def __init__(self, args: argparse.Namespace, up_args: list[str] | None = None) -> None:
-        self.args = args
-        self.up_args = list(up_args or [])  # more `shoal up` options, e.g. ["--racks", "a,b,c"]
-        self.count = args.brokers
-        base = free_base_port(self.count)
-        self.ports = list(range(base, base + self.count))
-        parent = Path(args.data_parent)
-        parent.mkdir(parents=True, exist_ok=True)
-        self.data_dir = Path(tempfile.mkdtemp(prefix="replication-bench-", dir=parent))
-        self.log_path = self.data_dir / "up.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.broker_pids: dict[int, int] = {}
-        self.stopped: set[int] = set()
-
-    @property
-    def bootstrap(self) -> str:
-        return ",".join(f"127.0.0.1:{p}" for p in self.ports)
-
-    def address(self, node_id: int) -> str:
-        return f"127.0.0.1:{self.ports[node_id - 1]}"
-
-    def start(self) -> None:
-        cmd = [
-            sys.executable,
-            "-m",
-            "shoal",
-            "up",
-            "--data-dir",
-            str(self.data_dir),
-            "--brokers",
-            str(self.count),
-            "--override",
-            f"listeners=PLAINTEXT://127.0.0.1:{self.ports[0]}",
-        ]
-        for item in self.args.broker_override:
-            cmd += ["--override", item]
-        cmd += self.up_args
-        log(f"starting {' '.join(cmd[1:])}")
-        with open(self.log_path, "wb") as out:
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=out, start_new_session=True)
-        deadline = time.monotonic() + self.args.startup_timeout
-        for port in self.ports:
-            while not _listening(port):
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"shoal up exited with {self.proc.returncode} while starting")
-                if time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"broker on port {port} not listening after {self.args.startup_timeout}s"
-                    )
-                time.sleep(0.2)
-        while len(self.broker_pids) < self.count:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"shoal up exited with {self.proc.returncode} while starting")
-            for node, pid in _STARTED.findall(self.log_path.read_text(errors="replace")):
-                if _parent_pid(int(pid)) == self.proc.pid:
-                    self.broker_pids[int(node)] = int(pid)
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"found {len(self.broker_pids)} of {self.count} broker pids in {self.log_path}"
-                )
-            time.sleep(0.2)
-        admin = _admin(self.bootstrap)
-        while True:  # every broker registered (and so listed in Metadata)
-            with contextlib.suppress(Exception):
-                if len(admin.list_topics(timeout=5).brokers) >= self.count:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"not every broker registered after {self.args.startup_timeout}s")
-            time.sleep(0.5)
-        log(f"cluster up on {self.bootstrap}: broker pids {self.broker_pids}, data dir {self.data_dir}")
-
-    def log_tail(self, lines: int = 40) -> list[str]:
-        """The last lines of ``shoal up``'s output (for the JSON when something went wrong)."""
-        try:
-            return self.log_path.read_text(errors="replace").splitlines()[-lines:]
-        except OSError:
-            return []
-
-    def _ours(self, node_id: int) -> int:
-        """The pid of broker ``node_id``, checked to still be a child of our ``shoal up``."""
-        pid = self.broker_pids[node_id]
-        if self.proc is None or _parent_pid(pid) != self.proc.pid:
-            raise RuntimeError(f"broker {node_id} (pid {pid}) is no longer a child of shoal up")
-        return pid
-
-    def pause(self, node_id: int) -> None:
-        os.kill(self._ours(node_id), signal.SIGSTOP)
-        self.stopped.add(node_id)
-
-    def resume(self, node_id: int) -> None:
-        os.kill(self._ours(node_id), signal.SIGCONT)
-        self.stopped.discard(node_id)
-
-    def segment_bytes(self, node_id: int, topic: str) -> int:
-        """Bytes of the ``.log`` segment files of ``topic`` in broker ``node_id``'s log dir."""
-        logs = self.data_dir / f"broker-{node_id}" / "logs"
-        return sum(f.stat().st_size for f in logs.glob(f"{_glob_escape(topic)}-*/*.log") if f.is_file())
-
-    def _is_broker(self, node_id: int, pid: int) -> bool:
-        """Whether ``pid`` still is broker ``node_id`` of this cluster (it runs in its own directory)."""
-        try:
-            cwd = os.readlink(f"/proc/{pid}/cwd")
-        except OSError:
-            return False
-        return Path(cwd) == (self.data_dir / f"broker-{node_id}").resolve()
-
-    def stop(self) -> None:
-        """Resume any stopped broker, SIGTERM the supervisor (it stops the brokers), then clean up."""
-        for node_id in list(self.stopped):
-            with contextlib.suppress(Exception):
-                self.resume(node_id)
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                log("shoal up still runs 60s after SIGTERM: killing it")
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        # The brokers get SIGTERM when their supervisor dies; kill any of ours still there after 30 s.
-        deadline = time.monotonic() + 30
-        for node_id, pid in self.broker_pids.items():
-            while self._is_broker(node_id, pid) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            if self._is_broker(node_id, pid):
-                log(f"broker {node_id} (pid {pid}) outlived shoal up: killing it")
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-        if not self.args.keep_data:
-            shutil.rmtree(self.data_dir, ignore_errors=True)
-
-
-def _glob_escape(text: str) -> str:
-    return re.sub(r"([\[\]*?])", r"[\1]", text)
 
 
 # --------------------------------------------------------------------------------------
@@ -298,7 +95,7 @@ def probe_replication(bootstrap: str, spec: dict[str, Any], timeout: float) -> s
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import NewTopic
 
-    admin = _admin(bootstrap)
+    admin = admin_client(bootstrap)
     name = f"bench-rf-probe-{uuid.uuid4().hex[:8]}"
     new = NewTopic(
         name, num_partitions=1, replication_factor=spec["replication_factor"], config=spec["topic_config"]
@@ -316,25 +113,6 @@ def probe_replication(bootstrap: str, spec: dict[str, Any], timeout: float) -> s
             timeout + 10
         )
     return None
-
-
-def _stop_group(proc: subprocess.Popen[str]) -> None:
-    """Stop produce_consume.py and its worker processes (its own process group)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(20)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(10)
-
-
-def _relay(stream: Any, tail: collections.deque[str]) -> None:
-    for line in stream:
-        line = line.rstrip("\n")
-        tail.append(line)
-        print(f"  | {line}", file=sys.stderr, flush=True)
 
 
 def run_setup(
@@ -382,7 +160,7 @@ def run_setup(
         proc = subprocess.Popen(
             cmd, cwd=ROOT, stdout=out, stderr=subprocess.PIPE, text=True, start_new_session=True
         )
-        relay = threading.Thread(target=_relay, args=(proc.stderr, tail), daemon=True)
+        relay = threading.Thread(target=relay_lines, args=(proc.stderr, "|", tail), daemon=True)
         relay.start()
         timed_out = False
         try:
@@ -390,9 +168,9 @@ def run_setup(
         except subprocess.TimeoutExpired:
             timed_out = True
             log(f"produce_consume.py still runs after {timeout}s: stopping it")
-            _stop_group(proc)
+            stop_group(proc)
         except BaseException:  # Ctrl-C: its own session does not get it, so stop it here
-            _stop_group(proc)
+            stop_group(proc)
             raise
         relay.join(5)
         out.seek(0)
@@ -503,328 +281,6 @@ def summarise(runs: list[dict[str, Any]], setups: list[str], refused: dict[str, 
             "consume_mb_per_s": ratio("consume_mb_per_s"),
         }
     return summary
-
-
-# --------------------------------------------------------------------------------------
-# Follower catch-up
-# --------------------------------------------------------------------------------------
-
-
-def _partitions(admin: Any, topic: str, timeout: float) -> dict[int, Any] | None:
-    """The topic's partition metadata (leader, replicas, isrs), or None if it could not be had."""
-    try:
-        md = admin.list_topics(topic, timeout=timeout)
-    except Exception:
-        return None
-    t = md.topics.get(topic)
-    if t is None or t.error is not None or not t.partitions:
-        return None
-    return dict(t.partitions)
-
-
-def _wait_for(
-    admin: Any, topic: str, timeout: float, interval: float, done: Any
-) -> tuple[bool, float, dict | None]:
-    """Poll the topic's partitions until ``done(partitions)`` (True) or ``timeout`` (False); seconds waited."""
-    start = time.monotonic()
-    parts = None
-    while True:
-        left = timeout - (time.monotonic() - start)
-        parts = _partitions(admin, topic, max(1.0, min(5.0, left)))
-        if parts is not None and done(parts):
-            return True, time.monotonic() - start, parts
-        if time.monotonic() - start >= timeout:
-            return False, time.monotonic() - start, parts
-        time.sleep(interval)
-
-
-def _layout(parts: dict[int, Any] | None) -> dict[str, Any] | None:
-    if parts is None:
-        return None
-    return {
-        str(p): {"leader": m.leader, "replicas": list(m.replicas), "isr": list(m.isrs)}
-        for p, m in sorted(parts.items())
-    }
-
-
-def _watermarks(bootstrap: str, topic: str, partitions: list[int], timeout: float) -> dict[int, int | None]:
-    """High watermark of each partition (asked of its leader, retried for ``timeout`` s), else None.
-
-    Right after a topic is created some brokers may not know it yet and answer an error at once.
-    """
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"bench-replication-{uuid.uuid4().hex[:6]}",
-            "enable.auto.commit": False,
-            "logger": _client_logger(),
-        }
-    )
-    out: dict[int, int | None] = {}
-    deadline = time.monotonic() + timeout
-    try:
-        for p in partitions:
-            out[p] = None
-            while out[p] is None:
-                left = deadline - time.monotonic()
-                try:
-                    out[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=max(1.0, left))[
-                        1
-                    ]
-                except Exception:
-                    if left <= 0:
-                        break
-                    time.sleep(0.2)
-    finally:
-        consumer.close()
-    return out
-
-
-def fill(bootstrap: str, topic: str, partitions: list[int], args: argparse.Namespace) -> dict[str, Any]:
-    """Produce ``--catchup-mb`` MB round robin to ``partitions`` with the setups' producer settings."""
-    from confluent_kafka import Producer
-
-    records = max(1, int(args.catchup_mb * MB) // args.record_size)
-    state: dict[str, Any] = {"delivered": 0, "errors": collections.Counter(), "last": None}
-    per_partition: collections.Counter[int] = collections.Counter()
-
-    def on_delivery(err: Any, msg: Any) -> None:
-        if err is not None:
-            state["errors"][err.name()] += 1
-        else:
-            state["delivered"] += 1
-            state["last"] = time.monotonic()
-            per_partition[msg.partition()] += 1
-
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "client.id": "bench-replication-fill",
-            "acks": "all",
-            "enable.idempotence": True,
-            "max.in.flight.requests.per.connection": 5,
-            "linger.ms": 5,
-            "batch.size": 1000000,
-            "queue.buffering.max.kbytes": 32768,
-            "compression.type": "none",
-            "message.timeout.ms": int(args.fill_timeout * 1000),
-            "logger": _client_logger(),
-        }
-    )
-    pool = os.urandom(1 << 20)
-    span = len(pool) - args.record_size
-    start = time.monotonic()
-    deadline = start + args.fill_timeout
-    sent = 0
-    while sent < records and time.monotonic() < deadline:
-        offset = (sent * 7919) % max(1, span)
-        try:
-            producer.produce(
-                topic,
-                pool[offset : offset + args.record_size],
-                partition=partitions[sent % len(partitions)],
-                on_delivery=on_delivery,
-            )
-            sent += 1
-        except BufferError:
-            producer.poll(0.05)
-            continue
-        if sent % 1000 == 0:
-            producer.poll(0)
-    undelivered = producer.flush(max(1.0, deadline - time.monotonic()))
-    elapsed = (state["last"] - start) if state["last"] else None
-    return {
-        "records_asked": records,
-        "records_sent": sent,
-        "records_delivered": state["delivered"],
-        "records_delivered_by_partition": {str(p): n for p, n in sorted(per_partition.items())},
-        "records_undelivered": undelivered,
-        "error_counts": dict(state["errors"]),
-        "elapsed_s": _round(elapsed),
-        "mb_per_s": _round(state["delivered"] * args.record_size / MB / elapsed, 2) if elapsed else None,
-        "timed_out": sent < records or undelivered > 0,
-    }
-
-
-def _pick_broker(
-    parts: dict[int, Any], controller: int, nodes: list[int], asked: int | None
-) -> tuple[int, str]:
-    if asked is not None:
-        return asked, "--stop-broker"
-    leads = collections.Counter(m.leader for m in parts.values())
-    candidates = [n for n in nodes if n != controller] or nodes
-    chosen = min(candidates, key=lambda n: (leads[n], -n))
-    return chosen, f"not the active controller ({controller}), leads the fewest partitions ({leads[chosen]})"
-
-
-def catchup_once(cluster: Cluster, index: int, args: argparse.Namespace) -> dict[str, Any]:
-    """One follower catch-up measurement on a fresh RF=3 topic."""
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import NewTopic
-
-    topic = f"bench-catchup-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    out: dict[str, Any] = {"run": index, "topic": topic, "load_avg_start": os.getloadavg(), "measured": False}
-    admin = _admin(cluster.bootstrap)
-    config = {"min.insync.replicas": str(args.min_insync_replicas)}
-    new = NewTopic(topic, num_partitions=args.partitions, replication_factor=3, config=config)
-    try:
-        admin.create_topics([new], operation_timeout=30, request_timeout=30)[topic].result(40)
-    except KafkaException as exc:
-        out["error"] = f"replication factor 3 topic refused: {exc.args[0]}"
-        return out
-    out["topic_config"] = config
-    try:
-        _catchup_on(cluster, admin, topic, index, out, args)
-    finally:
-        if not args.keep_topics:
-            with contextlib.suppress(Exception):
-                admin.delete_topics([topic], operation_timeout=30, request_timeout=30)[topic].result(40)
-    return out
-
-
-def _catchup_on(
-    cluster: Cluster, admin: Any, topic: str, index: int, out: dict[str, Any], args: argparse.Namespace
-) -> None:
-    """The measurement on the created ``topic``; fills ``out`` (``error`` says where it stopped)."""
-
-    def full(ps: dict[int, Any]) -> bool:
-        return len(ps) >= args.partitions and all(m.leader >= 0 and len(m.isrs) >= 3 for m in ps.values())
-
-    ok, waited, parts = _wait_for(admin, topic, args.isr_timeout, args.poll_interval, full)
-    out["full_isr_after_create_s"] = _round(waited)
-    if not ok or parts is None:
-        out["error"] = f"not every partition had a leader and 3 in-sync replicas after {args.isr_timeout}s"
-        out["layout"] = _layout(parts)
-        return
-    md = admin.list_topics(timeout=10)
-    node, why = _pick_broker(parts, md.controller_id, sorted(cluster.broker_pids), args.stop_broker)
-    followed = sorted(p for p, m in parts.items() if node in m.replicas and m.leader != node)
-    out.update(
-        {
-            "stopped_broker": node,
-            "stopped_broker_pid": cluster.broker_pids[node],
-            "chosen_because": why,
-            "controller": md.controller_id,
-            "layout_before": _layout(parts),
-            "filled_partitions": followed,
-        }
-    )
-    if not followed:
-        out["error"] = f"broker {node} follows no partition of {topic}"
-        return
-    others = ",".join(cluster.address(n) for n in sorted(cluster.broker_pids) if n != node)
-    all_parts = sorted(parts)
-    before = _watermarks(others, topic, all_parts, 10)
-    disk_before = cluster.segment_bytes(node, topic)
-    log(
-        f"catch-up {index}: SIGSTOP broker {node} (pid {cluster.broker_pids[node]}), "
-        f"fill {args.catchup_mb} MB into partitions {followed}"
-    )
-    stopped_at = time.monotonic()
-    cluster.pause(node)
-    try:
-        # Watch the ISR while the fill runs: when did every followed partition drop the stopped broker?
-        watch_admin = _admin(others)
-        dropped: dict[str, float | None] = {"at": None}
-        stop_watch = threading.Event()
-
-        def dropped_everywhere(ps: dict[int, Any]) -> bool:
-            return all(p in ps and node not in ps[p].isrs for p in followed)
-
-        def watch() -> None:
-            while not stop_watch.is_set():
-                ps = _partitions(watch_admin, topic, 5)
-                if ps is not None and dropped_everywhere(ps):
-                    dropped["at"] = time.monotonic()
-                    return
-                stop_watch.wait(args.poll_interval)
-
-        watcher = threading.Thread(target=watch, daemon=True)
-        watcher.start()
-        out["fill"] = fill(others, topic, followed, args)
-        log(f"catch-up {index}: fill {out['fill']}")
-        if dropped["at"] is None:
-            left = max(0.0, args.isr_timeout - (time.monotonic() - stopped_at))
-            watcher.join(left)
-        stop_watch.set()
-        watcher.join(10)
-        out["isr_dropped_after_stop_s"] = _round(dropped["at"] - stopped_at) if dropped["at"] else None
-        after = _watermarks(others, topic, all_parts, 10)
-        parts_stopped = _partitions(watch_admin, topic, 10)
-        out["layout_while_stopped"] = _layout(parts_stopped)
-        out["stopped_s"] = _round(time.monotonic() - stopped_at)
-        # A stopped broker writes nothing: a check that the pid stopped really is the follower.
-        out["follower_segment_bytes_written_while_stopped"] = cluster.segment_bytes(node, topic) - disk_before
-        if dropped["at"] is None:
-            out["error"] = (
-                f"the ISR of partitions {followed} still held broker {node} "
-                f"{args.isr_timeout}s after SIGSTOP: no catch-up to observe"
-            )
-            return
-    finally:
-        cluster.resume(node)
-        resumed_at = time.monotonic()
-    # What the follower lacks: what the leaders appended while it was stopped. The high watermarks
-    # say it for any writer; if one could not be had, the fill's own deliveries (the topic is ours).
-    missing = [p for p in all_parts if before.get(p) is None or after.get(p) is None]
-    out["high_watermarks_before"] = {str(p): before[p] for p in all_parts}
-    out["high_watermarks_after"] = {str(p): after[p] for p in all_parts}
-    if missing:
-        out["watermarks_missing_for"] = missing
-        copied = out["fill"]["records_delivered"]
-        out["records_to_copy_from"] = "fill deliveries (a high watermark could not be had)"
-    else:
-        copied = sum(after[p] - before[p] for p in all_parts)  # type: ignore[operator]
-        out["records_to_copy_from"] = "high watermarks after the fill minus before the SIGSTOP"
-    out["records_to_copy"] = copied
-    out["bytes_to_copy"] = copied * args.record_size
-    log(f"catch-up {index}: SIGCONT broker {node}; {copied} records to copy, waiting for the ISR")
-    # Each poll's answer holds for some moment between its start and its end: the broker was back
-    # everywhere at the latest by the end of the first poll that says so (catchup_s), and not yet
-    # at the start of the last poll that still lacked a partition (catchup_s_at_least).
-    rejoined: dict[int, float] = {}
-    lacking_since = 0.0
-    polls = 0
-    parts = None
-    while True:
-        began = time.monotonic() - resumed_at
-        left = args.catchup_timeout - began
-        parts = _partitions(admin, topic, max(1.0, min(5.0, left))) or parts
-        ended = time.monotonic() - resumed_at
-        polls += 1
-        for p, m in (parts or {}).items():
-            if node in m.isrs and p not in rejoined:
-                rejoined[p] = ended
-        if all(p in rejoined for p in all_parts):
-            break
-        lacking_since = began
-        if ended >= args.catchup_timeout:
-            break
-        time.sleep(args.poll_interval)
-    out["partition_back_in_isr_s"] = {str(p): _round(rejoined.get(p)) for p in all_parts}
-    out["layout_after"] = _layout(parts)
-    out["poll_interval_s"] = args.poll_interval
-    out["polls"] = polls
-    if not all(p in rejoined for p in all_parts):
-        out["error"] = (
-            f"broker {node} not back in the ISR of every partition {args.catchup_timeout}s after SIGCONT"
-        )
-        out["catchup_timed_out"] = True
-        return
-    seconds = max(rejoined.values())
-    out["catchup_s"] = _round(seconds)
-    out["catchup_s_at_least"] = _round(lacking_since)
-    out["catchup_mb_per_s"] = _round(out["bytes_to_copy"] / MB / seconds, 2) if seconds > 0 else None
-    out["catchup_mb_per_s_at_most"] = (
-        _round(out["bytes_to_copy"] / MB / lacking_since, 2) if lacking_since > 0 else None
-    )
-    out["follower_segment_bytes_written"] = cluster.segment_bytes(node, topic) - disk_before
-    out["measured"] = not out["fill"]["timed_out"]
-    log(
-        f"catch-up {index}: {out['bytes_to_copy'] / MB:.1f} MB in {seconds:.2f}s = {out['catchup_mb_per_s']} MB/s"
-    )
 
 
 # --------------------------------------------------------------------------------------

@@ -56,7 +56,8 @@ from typing import Any
 from bench_common import load_avg  # bench/ is on sys.path when a bench script runs
 from bench_measure import proc_tree_cpu_s
 from cache_replicas import Scraper, delete_topics, total
-from replication import ROOT, _admin, _wait_for, _watermarks, fill
+from local_cluster import ROOT, admin_client
+from replication_catchup import fill, wait_for, watermarks
 from shoal_broker import ShoalBroker
 
 MB = 1_000_000
@@ -180,12 +181,12 @@ def create_topic(bootstrap: str, name: str, args: argparse.Namespace) -> dict[in
     """A topic of ``--kind``; partition -> its leader's host:port."""
     from confluent_kafka.admin import NewTopic
 
-    admin = _admin(bootstrap)
+    admin = admin_client(bootstrap)
     config = {"segment.bytes": str(args.segment_bytes)}
     if args.kind == "diskless":
         config["diskless.enable"] = "true"
     admin.create_topics([NewTopic(name, args.partitions, 1, config=config)], request_timeout=30)[name].result(40)
-    ok, _, parts = _wait_for(admin, name, 60, 0.2, lambda ps: len(ps) >= args.partitions and
+    ok, _, parts = wait_for(admin, name, 60, 0.2, lambda ps: len(ps) >= args.partitions and
                              all(m.leader >= 0 for m in ps.values()))
     if not ok or parts is None:
         raise RuntimeError(f"topic {name}: no leader for every partition after 60 s")
@@ -199,7 +200,7 @@ def tier(bootstrap: str, topic: str, args: argparse.Namespace, validate_only: bo
     entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in
                (("remote.storage.enable", "true"), ("local.retention.bytes", str(args.segment_bytes)))]
     resource = ConfigResource("TOPIC", topic, incremental_configs=entries)
-    admin = _admin(bootstrap)
+    admin = admin_client(bootstrap)
     admin.incremental_alter_configs([resource], validate_only=validate_only, request_timeout=30)[resource].result(40)
 
 
@@ -433,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(1, args.rounds + 1 if report["tiers"] else 1):
             rounds.append(one_round(i, bootstrap, local_topic, ctx))
         if not report["tiers"]:
-            marks = _watermarks(bootstrap, local_topic, list(range(args.partitions)), 30)
+            marks = watermarks(bootstrap, local_topic, list(range(args.partitions)), 30)
             stops = {p: m or 0 for p, m in marks.items()}
             rounds.append({"round": 1, "runs": [measured("local", bootstrap, local_topic, stops, ctx)]})
     except (Exception, KeyboardInterrupt, SystemExit) as exc:
