@@ -41,7 +41,7 @@ from tests.support.kafka_clients import (
     wait_for_topic,
 )
 from tests.support.record_batches import build_record_batch
-from tests.support.wire import WireClient, produce_request_v9
+from tests.support.wire import WireClient, metadata_v12, produce_request_v9
 from tests.support.workload import Rec, Sent, check_records, make_workload
 
 KCAT = shutil.which("kcat") or "/usr/bin/kcat"
@@ -224,21 +224,8 @@ def wire_list_offset(port: int, topic: str, partition: int, timestamp: int) -> t
 
 
 def wire_metadata_topic(port: int, topic: str) -> Any:
-    """Metadata v12 for ``topic`` as the broker on ``port`` itself answers it (a client library may
-    send a Metadata request to any broker it knows of)."""
-    from kio.schema.metadata.v12 import request as req
-    from kio.schema.metadata.v12 import response as resp
-
-    with WireClient(port) as client:
-        answer = client.request(
-            req.MetadataRequest(
-                topics=(req.MetadataRequestTopic(topic_id=uuid.UUID(int=0), name=topic),),
-                allow_auto_topic_creation=False,
-                include_topic_authorized_operations=False,
-            ),
-            resp.MetadataResponse,
-        )
-    (found,) = answer.topics
+    """Metadata v12 for ``topic`` as the broker on ``port`` itself answers it."""
+    (found,) = metadata_v12(port, [topic]).topics
     return found
 
 

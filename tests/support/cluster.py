@@ -15,7 +15,7 @@ from typing import Any
 
 from tests.support.broker import BrokerProcess, free_port
 from tests.support.metrics import Samples, metric, scrape
-from tests.support.wire import WireClient
+from tests.support.wire import metadata_v12
 
 #: Fast membership for tests: fencing within ~2 s instead of Kafka's 9 s.
 FAST_MEMBERSHIP = {"broker.heartbeat.interval.ms": 250, "broker.session.timeout.ms": 2000}
@@ -183,19 +183,11 @@ class MetadataView:
 def metadata_of(port: int) -> MetadataView:
     """Metadata v12 for every topic, as the broker on ``port`` answers it."""
     from confluent_kafka import KafkaError
-    from kio.schema.metadata.v12 import request as req
-    from kio.schema.metadata.v12 import response as resp
 
     def error(code: Any) -> Any:
         return KafkaError(int(code)) if int(code) else None
 
-    with WireClient(port, timeout=5) as client:
-        answer = client.request(
-            req.MetadataRequest(
-                topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
-            ),
-            resp.MetadataResponse,
-        )
+    answer = metadata_v12(port, timeout=5)
     topics = {
         str(t.name): TopicView(
             str(t.name),

@@ -283,3 +283,23 @@ def produce_request_v9(topic: str, partition: int, records: bytes, acks: int = -
             ),
         ),
     )
+
+
+def metadata_v12(port: int, topics: Sequence[str] | None = None, timeout: float = 15.0) -> Any:
+    """Metadata v12 as the broker on ``port`` itself answers it (a client library may send its
+    Metadata requests to any broker it knows of): ``topics`` by name, or every topic (None)."""
+    import uuid
+
+    from kio.schema.metadata.v12 import request as req
+    from kio.schema.metadata.v12 import response as resp
+
+    wanted = None if topics is None else tuple(
+        req.MetadataRequestTopic(topic_id=uuid.UUID(int=0), name=name) for name in topics
+    )
+    with WireClient(port, timeout=timeout) as client:
+        return client.request(
+            req.MetadataRequest(
+                topics=wanted, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+            ),
+            resp.MetadataResponse,
+        )
