@@ -18,6 +18,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -123,18 +124,23 @@ class Pinning:
         os.sched_setaffinity(0, self.clients)
 
 
-def run_child(
-    cmd: list[str], prefix: str, timeout: float, pause: float, pin: Pinning | None = None
-) -> dict[str, Any]:
-    """Run one benchmark script after ``pause`` seconds of quiet (the previous run's client
-    processes exit, the broker finishes its uploads); its JSON report, exit code, load around it."""
-    time.sleep(pause)
-    if pin is not None:
-        pin.pin_brokers()
+@dataclasses.dataclass(frozen=True)
+class ChildRun:
+    """What a benchmark script run as a child left: its JSON report (None without one), exit code,
+    whether it was stopped for overrunning, and its last stderr lines."""
+
+    report: dict[str, Any] | None
+    exit_code: int | None
+    timed_out: bool
+    tail: list[str]
+
+
+def run_json_script(
+    cmd: list[str], prefix: str, timeout: float, preexec_fn: Callable[[], None] | None = None
+) -> ChildRun:
+    """Run a bench script that prints one JSON document, in its own process group (stopped with its
+    workers when it overruns ``timeout`` or on Ctrl-C), its stderr relayed behind ``prefix``."""
     tail: collections.deque[str] = collections.deque(maxlen=200)
-    busy = cpu_busy_pct()
-    before = load_avg()
-    started = time.monotonic()
     timed_out = False
     with tempfile.TemporaryFile("w+") as out:
         proc = subprocess.Popen(
@@ -144,7 +150,7 @@ def run_child(
             stderr=subprocess.PIPE,
             text=True,
             start_new_session=True,
-            preexec_fn=pin.pin_client if pin is not None else None,
+            preexec_fn=preexec_fn,
         )
         relay = threading.Thread(target=relay_lines, args=(proc.stderr, prefix, tail), daemon=True)
         relay.start()
@@ -164,18 +170,34 @@ def run_child(
         report = json.loads(text) if text.strip() else None
     except json.JSONDecodeError:
         report = None
+    return ChildRun(report, proc.returncode, timed_out, list(tail))
+
+
+def run_child(
+    cmd: list[str], prefix: str, timeout: float, pause: float, pin: Pinning | None = None
+) -> dict[str, Any]:
+    """Run one benchmark script after ``pause`` seconds of quiet (the previous run's client
+    processes exit, the broker finishes its uploads); its JSON report, exit code, load around it."""
+    time.sleep(pause)
+    if pin is not None:
+        pin.pin_brokers()
+    busy = cpu_busy_pct()
+    before = load_avg()
+    started = time.monotonic()
+    child = run_json_script(cmd, prefix, timeout, pin.pin_client if pin is not None else None)
+    report = child.report
     run: dict[str, Any] = {
         "cpu_busy_pct_before": busy,
         "load_avg_before": before,
         "load_avg_after": load_avg(),
         "wall_s": round(time.monotonic() - started, 3),
-        "exit_code": proc.returncode,
+        "exit_code": child.exit_code,
         "report": report,
     }
-    if timed_out:
+    if child.timed_out:
         run["timed_out_after_s"] = timeout
     if report is None:
-        run["stderr_tail"] = list(tail)[-30:]
+        run["stderr_tail"] = child.tail[-30:]
     return run
 
 

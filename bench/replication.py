@@ -44,22 +44,18 @@ replication costs on that machine, not on three.
 from __future__ import annotations
 
 import argparse
-import collections
 import contextlib
 import json
 import os
 import socket
 import statistics
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
-from compare_runs import relay_lines, stop_group  # bench/ is on sys.path when a bench script runs
+from compare_runs import run_json_script  # bench/ is on sys.path when a bench script runs
 from local_cluster import ROOT, Cluster, admin_client
 from replication_catchup import catchup_once
 
@@ -155,47 +151,25 @@ def run_setup(
         cmd += ["--delete-topic"]
     load = os.getloadavg()
     timeout = args.duration * 4 + args.fixed_rate_duration + 180
-    tail: collections.deque[str] = collections.deque(maxlen=200)
-    with tempfile.TemporaryFile("w+") as out:
-        proc = subprocess.Popen(
-            cmd, cwd=ROOT, stdout=out, stderr=subprocess.PIPE, text=True, start_new_session=True
-        )
-        relay = threading.Thread(target=relay_lines, args=(proc.stderr, "|", tail), daemon=True)
-        relay.start()
-        timed_out = False
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            log(f"produce_consume.py still runs after {timeout}s: stopping it")
-            stop_group(proc)
-        except BaseException:  # Ctrl-C: its own session does not get it, so stop it here
-            stop_group(proc)
-            raise
-        relay.join(5)
-        out.seek(0)
-        text = out.read()
-    try:
-        result: dict[str, Any] = json.loads(text) if text.strip() else {}
-    except json.JSONDecodeError:
-        result = {}
+    child = run_json_script(cmd, "|", timeout)
+    result: dict[str, Any] = child.report or {}
     run: dict[str, Any] = {
         "setup": name,
         "round": round_no,
         "replication_factor_asked": spec["replication_factor"],
         "topic_config": spec["topic_config"],
         "load_avg_start": load,
-        "exit_code": proc.returncode,
+        "exit_code": child.exit_code,
     }
     reasons = []
-    if timed_out:
+    if child.timed_out:
         reasons.append(f"timed out after {timeout}s")
     if not result:
         reasons.append("no JSON report")
-        run["stderr_tail"] = list(tail)[-40:]
+        run["stderr_tail"] = child.tail[-40:]
     got = (result.get("topic") or {}).get("replication_factor")
     if result and got != spec["replication_factor"]:
-        refusals = [line for line in tail if "create_topics with replication_factor" in line]
+        refusals = [line for line in child.tail if "create_topics with replication_factor" in line]
         reasons.append(f"topic got replication factor {got}, not {spec['replication_factor']}: {refusals}")
     if result and not result.get("ok"):
         reasons.append(f"produce_consume.py reported ok=false: {result.get('error', 'see the report')}")
