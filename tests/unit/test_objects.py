@@ -10,12 +10,14 @@ import contextlib
 import os
 import shutil
 import sys
+import tempfile
 import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -353,6 +355,46 @@ async def test_local_upload_remakes_a_removed_directory(tmp_path: Path) -> None:
     shutil.rmtree(tmp_path / "wal")  # e.g. an operator cleaned up
     await storage.upload("wal/b", b"2")
     assert await storage.fetch("wal/b") == b"2"
+
+
+async def test_local_delete_removes_the_directories_it_empties(tmp_path: Path) -> None:
+    storage = LocalObjectStorage(tmp_path)
+    await storage.upload("tiered/t-1/0/a.log", b"1")
+    await storage.upload("tiered/t-1/0/a.index", b"2")
+    await storage.upload("tiered/t-1/1/b.log", b"3")
+    await storage.upload("wal/x", b"4")
+    await storage.delete(["tiered/t-1/0/a.log"])
+    assert (tmp_path / "tiered/t-1/0").is_dir()  # a.index is still there
+    await storage.delete(["tiered/t-1/0/a.index", "wal/x"])
+    assert sorted(p.name for p in (tmp_path / "tiered/t-1").iterdir()) == ["1"]
+    await storage.delete(["tiered/t-1/1/b.log"])
+    # The root's children stay (uploads go on into them); nothing below them is left.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiered", "wal"]
+    assert list((tmp_path / "tiered").iterdir()) == [] and list((tmp_path / "wal").iterdir()) == []
+    await storage.upload("tiered/t-1/0/c.log", b"5")  # a pruned directory is made again
+    assert await storage.fetch("tiered/t-1/0/c.log") == b"5"
+
+
+async def test_local_upload_file_remakes_a_directory_pruned_under_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delete may empty and prune the directory between upload_file making it and creating its
+    temp file there: the upload makes it again instead of failing."""
+    storage = LocalObjectStorage(tmp_path / "root")
+    source = tmp_path / "segment"
+    source.write_bytes(b"segment bytes")
+    real_mkstemp = tempfile.mkstemp
+    pruned: list[str] = []
+
+    def mkstemp_after_a_prune(*args: Any, **kwargs: Any) -> tuple[int, str]:
+        if not pruned:
+            pruned.append(kwargs["dir"])
+            os.rmdir(kwargs["dir"])
+        return real_mkstemp(*args, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp_after_a_prune)
+    await storage.upload_file("tiered/t-1/0/a.log", source)
+    assert pruned and await storage.fetch("tiered/t-1/0/a.log") == b"segment bytes"
 
 
 async def test_local_fsyncs_file_and_directories(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -242,7 +242,11 @@ class LocalObjectStorage:
         """Make ``path`` hold what ``write`` writes to a file object, or stay as it was."""
         directory = path.parent
         created = self._make_dirs(directory)
-        fd, tmp_name = tempfile.mkstemp(prefix=_temp_prefix(), dir=directory)
+        try:
+            fd, tmp_name = tempfile.mkstemp(prefix=_temp_prefix(), dir=directory)
+        except FileNotFoundError:  # a delete emptied and pruned it meanwhile (``_prune_empty``)
+            created += self._make_dirs(directory)
+            fd, tmp_name = tempfile.mkstemp(prefix=_temp_prefix(), dir=directory)
         try:
             with os.fdopen(fd, "wb") as f:
                 write(f)
@@ -291,7 +295,8 @@ class LocalObjectStorage:
     # -- delete ---------------------------------------------------------------
 
     async def delete(self, keys: Iterable[str]) -> None:
-        """Unlink each file; missing ones are fine.
+        """Unlink each file; missing ones are fine. Directories a deletion empties go too
+        (``_prune_empty``), as S3 keeps no "directory" once its last key is deleted.
 
         Directories are not fsynced: a deletion lost in a crash only brings
         back garbage that the next GC pass deletes again.
@@ -305,12 +310,30 @@ class LocalObjectStorage:
         except OSError as e:
             raise StorageBackendError(f"delete in {self._root} failed: {e}") from e
 
-    @staticmethod
-    def _delete_sync(paths: builtins.list[Path]) -> None:
+    def _delete_sync(self, paths: builtins.list[Path]) -> None:
+        emptied: set[Path] = set()
         for path in paths:
             # A directory at the key's place means no object there, same as missing.
             with contextlib.suppress(FileNotFoundError, NotADirectoryError, IsADirectoryError):
                 os.unlink(path)
+                emptied.add(path.parent)
+        for directory in sorted(emptied, key=lambda d: len(d.parts), reverse=True):
+            self._prune_empty(directory)
+
+    def _prune_empty(self, directory: Path) -> None:
+        """Remove ``directory`` and then its parents while they are empty, keeping the root's own
+        children (``wal/``, ``tiered/``: busy, and an upload would only make them again). A deleted
+        topic's tiered segments so leave no ``<topic>-<id>/<partition>`` directories behind.
+
+        An upload racing with this into a directory it saw before finds it gone and makes it
+        again (``upload_blocking``, ``_write_atomically``)."""
+        while len(directory.relative_to(self._root).parts) >= 2:
+            self._known_dirs.discard(directory)
+            try:
+                os.rmdir(directory)
+            except OSError:  # not empty, or already gone: nothing above it to prune here
+                return
+            directory = directory.parent
 
     # -- list -----------------------------------------------------------------
 
