@@ -1,13 +1,13 @@
 """Classic topics (Kafka's on-disk log format) end to end, with real clients and real brokers.
 
 Most tests share one broker (module scope: starting one per test would eat the time budget) with
-``log.retention.check.interval.ms=500`` so retention shows within seconds; the crash tests get
-brokers of their own because they SIGKILL them. Besides what clients see, the tests read the
+``log.retention.check.interval.ms=500`` so retention shows within seconds; the crash tests
+(test_classic_recovery.py) get brokers of their own. Besides what clients see, the tests read the
 partition directories the broker wrote: segment files named by base offset, RecordBatch v2
 back to back, the codec the producer chose kept as it is.
 
-The helpers at the top (topic creation, segment parsing, raw requests) are also used by
-``test_jbod.py``; the acknowledging producer process is tests/support/acked_producer.py.
+Topic creation and segment parsing are in tests/support/classic_logs.py, raw requests in
+tests/support/wire_requests.py; the acknowledging producer process is tests/support/acked_producer.py.
 """
 
 from __future__ import annotations
@@ -16,250 +16,42 @@ import datetime
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-from kio.static.primitive import i8, i16, i32, i64
+from kio.static.primitive import i16, i32
 
-from tests.support.acked_producer import AckedProducer, check_acked, consume_all, watermarks
-from tests.support.broker import BrokerProcess
+from tests.support.acked_producer import watermarks
+from tests.support.broker import BrokerProcess, wait_until
+from tests.support.classic_logs import (
+    create_classic_topic,
+    disk_batches,
+    partition_dirs,
+    read_segment,
+    segment_files,
+)
 from tests.support.kafka_clients import (
     admin_client,
     confluent_consume,
     confluent_consumer,
     confluent_produce,
     create_diskless_topic,
-    wait_for_topic,
 )
 from tests.support.record_batches import build_record_batch
-from tests.support.wire import WireClient, metadata_v12, produce_request_v9
+from tests.support.wire import WireClient
+from tests.support.wire_requests import wire_fetch
 from tests.support.workload import Rec, Sent, check_records, make_workload
 
 KCAT = shutil.which("kcat") or "/usr/bin/kcat"
 CODEC_IDS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
-KAFKA_STORAGE_ERROR = 56
 OFFSET_OUT_OF_RANGE = 1
 SEGMENT_BYTES = 64 * 1024
-RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
-BATCH_HEADER_SIZE = 61  # RecordBatch v2: baseOffset .. recordCount
-
-
-# ============================================================================ shared helpers
-
-
-def create_classic_topic(
-    bootstrap: str, name: str, partitions: int, config: Mapping[str, str] | None = None
-) -> None:
-    """CreateTopics without diskless.enable (a classic topic, the default kind), then wait for metadata."""
-    from confluent_kafka.admin import NewTopic
-
-    admin = admin_client(bootstrap)
-    futures = admin.create_topics(
-        [NewTopic(name, num_partitions=partitions, replication_factor=1, config=dict(config or {}))],
-        operation_timeout=30,
-        request_timeout=30,
-    )
-    futures[name].result(30)
-    wait_for_topic(admin, name, partitions)
-
-
-def partition_dirs(log_dirs: Iterable[Path], topic: str) -> dict[int, Path]:
-    """Where each partition of ``topic`` lives: ``<log dir>/<topic>-<partition>`` (Kafka's layout)."""
-    found: dict[int, Path] = {}
-    prefix = f"{topic}-"
-    for log_dir in log_dirs:
-        if not log_dir.is_dir():
-            continue
-        for child in log_dir.iterdir():
-            suffix = child.name[len(prefix) :]
-            if child.is_dir() and child.name.startswith(prefix) and suffix.isdigit():
-                found[int(suffix)] = child
-    return found
-
-
-def segment_files(partition_dir: Path) -> list[Path]:
-    """The partition's ``.log`` files, oldest first (names are 20-digit base offsets)."""
-    return sorted(partition_dir.glob("*.log"))
-
-
-@dataclass(frozen=True, slots=True)
-class DiskBatch:
-    """One RecordBatch as stored in a segment file."""
-
-    position: int
-    base_offset: int
-    size: int
-    codec: int
-    records: int
-
-    @property
-    def next_offset(self) -> int:
-        return self.base_offset + self.records
-
-
-def read_segment(path: Path) -> list[DiskBatch]:
-    """Parse a segment as Kafka stores it: batches back to back, each with its absolute base offset.
-
-    Fails on anything that is not a well-formed RecordBatch v2, so a test learns the format is Kafka's.
-    """
-    data = path.read_bytes()
-    batches: list[DiskBatch] = []
-    pos = 0
-    while pos < len(data):
-        assert pos + BATCH_HEADER_SIZE <= len(data), f"{path}: truncated batch header at {pos} of {len(data)}"
-        base_offset, batch_length = struct.unpack_from(">qi", data, pos)
-        magic = data[pos + 16]
-        size = 12 + batch_length
-        assert magic == 2 and pos + size <= len(data), (
-            f"{path}: not a RecordBatch v2 at {pos} (magic {magic})"
-        )
-        (attributes,) = struct.unpack_from(">h", data, pos + 21)
-        (count,) = struct.unpack_from(">i", data, pos + 57)
-        batches.append(DiskBatch(pos, base_offset, size, attributes & 0x7, count))
-        pos += size
-    name_offset = int(path.stem)
-    assert not batches or batches[0].base_offset >= name_offset, f"{path}: first batch below the file's base"
-    return batches
-
-
-def disk_batches(partition_dir: Path) -> list[DiskBatch]:
-    return [b for seg in segment_files(partition_dir) for b in read_segment(seg)]
-
-
-def read_offset_checkpoint(path: Path) -> dict[tuple[str, int], int]:
-    """Kafka's offset checkpoint file: version, count, then ``topic partition offset`` lines."""
-    if not path.exists():
-        return {}
-    lines = path.read_text().splitlines()
-    out = {}
-    for line in lines[2:]:
-        topic, partition, offset = line.rsplit(" ", 2)
-        out[(topic, int(partition))] = int(offset)
-    return out
-
-
-# ---------------------------------------------------------------------------------- raw wire
-
-
-def wire_produce(
-    port: int, topic: str, partition: int, records: Sequence[tuple[bytes | None, bytes | None]], acks: int = -1
-) -> tuple[int, int]:
-    """One uncompressed batch in one Produce v9 (acks=all unless said); returns (error code, base offset)."""
-    from kio.schema.produce.v9 import response as resp
-
-    with WireClient(port) as client:
-        answer = client.request(
-            produce_request_v9(topic, partition, build_record_batch(records), acks), resp.ProduceResponse
-        )
-    (part,) = answer.responses[0].partition_responses
-    return int(part.error_code), int(part.base_offset)
-
-
-def wire_fetch(port: int, topic: str, partition: int, offset: int) -> tuple[int, int, int]:
-    """Fetch v12 at ``offset``; returns (error code, high watermark, log start offset)."""
-    from kio.schema.fetch.v12 import request as req
-    from kio.schema.fetch.v12 import response as resp
-
-    with WireClient(port) as client:
-        answer = client.request(
-            req.FetchRequest(
-                max_wait=datetime.timedelta(milliseconds=100),
-                min_bytes=i32(1),
-                isolation_level=i8(0),
-                topics=(
-                    req.FetchTopic(
-                        topic=topic,
-                        partitions=(
-                            req.FetchPartition(
-                                partition=i32(partition),
-                                fetch_offset=i64(offset),
-                                partition_max_bytes=i32(1 << 20),
-                            ),
-                        ),
-                    ),
-                ),
-                forgotten_topics_data=(),
-                rack_id="",
-            ),
-            resp.FetchResponse,
-        )
-    (part,) = answer.responses[0].partitions
-    return int(part.error_code), int(part.high_watermark), int(part.log_start_offset)
-
-
-def wire_list_offset(port: int, topic: str, partition: int, timestamp: int) -> tuple[int, int]:
-    """ListOffsets v7 (-1 latest, -2 earliest); returns (error code, offset)."""
-    from kio.schema.list_offsets.v7 import request as req
-    from kio.schema.list_offsets.v7 import response as resp
-
-    with WireClient(port) as client:
-        answer = client.request(
-            req.ListOffsetsRequest(
-                replica_id=i32(-1),
-                isolation_level=i8(0),
-                topics=(
-                    req.ListOffsetsTopic(
-                        name=topic,
-                        partitions=(
-                            req.ListOffsetsPartition(
-                                partition_index=i32(partition), timestamp=i64(timestamp)
-                            ),
-                        ),
-                    ),
-                ),
-            ),
-            resp.ListOffsetsResponse,
-        )
-    (part,) = answer.topics[0].partitions
-    return int(part.error_code), int(part.offset)
-
-
-def wire_metadata_topic(port: int, topic: str) -> Any:
-    """Metadata v12 for ``topic`` as the broker on ``port`` itself answers it."""
-    (found,) = metadata_v12(port, [topic]).topics
-    return found
-
-
-def wire_offline_replicas(port: int, topic: str) -> dict[int, tuple[int, ...]]:
-    """Metadata v12: each partition's OfflineReplicas (KIP-112), for partitions that have any."""
-    found = wire_metadata_topic(port, topic)
-    assert int(found.error_code) == 0, found
-    return {
-        int(p.partition_index): tuple(int(b) for b in p.offline_replicas)
-        for p in found.partitions
-        if p.offline_replicas
-    }
-
-
-def wait_until(what: str, check: Any, timeout: float, interval: float = 0.2) -> Any:
-    """Poll ``check()`` until it returns something truthy, bounded by ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"{what}: not reached within {timeout}s (last: {last!r})")
-
-
-def run_shoal(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """The ``shoal`` command as an operator runs it (a process, like the broker)."""
-    env = dict(os.environ)
-    src = str(Path(__file__).resolve().parents[2] / "src")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p)
-    return subprocess.run(
-        [sys.executable, "-m", "shoal", *args], capture_output=True, text=True, timeout=timeout, env=env
-    )
 
 
 # ============================================================================ shared broker
@@ -768,93 +560,3 @@ def test_one_producer_mixes_classic_and_diskless(shared: BrokerProcess, topic: s
     assert answered == {classic: (0, 1000), diskless: (0, 1000)}, answered
     assert partition_dirs([shared.log_dir], classic).keys() == {0, 1}
     assert not partition_dirs([shared.log_dir], diskless), "a diskless topic got a classic log"
-
-
-# ============================================================================ crashes
-
-
-@pytest.mark.timeout(300)
-def test_sigkill_during_heavy_produce_keeps_every_acked_record_once(
-    broker_factory: Any, topic: str, tmp_path: Path
-) -> None:
-    """An idempotent acks=all producer in its own process writes as fast as it can while the broker is
-    SIGKILLed twice; each restart recovers the log (no clean-shutdown marker), and afterwards every
-    acknowledged record is there exactly once at gapless offsets."""
-    broker = broker_factory("crash", overrides={"log.retention.check.interval.ms": 500})
-    partitions = [0, 1, 2]
-    create_classic_topic(broker.bootstrap, topic, len(partitions), {"segment.bytes": str(1024 * 1024)})
-    producer = AckedProducer(tmp_path / "producer", broker.bootstrap, topic, partitions, max_seconds=150)
-    acked_at_kills: list[int] = []
-    try:
-        producer.expect_acks(5_000, 60, "before the first kill")
-        for _ in range(2):
-            broker.kill()
-            acked_at_kills.append(len(producer.acked()))
-            assert not (broker.log_dir / ".kafka_cleanshutdown").exists(), (
-                "a SIGKILLed broker left the clean marker"
-            )
-            time.sleep(0.3)
-            broker.start()
-            producer.expect_acks(
-                acked_at_kills[-1] + 5_000,
-                90,
-                f"no progress after restart ({acked_at_kills[-1]} at the kill)",
-            )
-        summary = producer.stop()
-    finally:
-        producer.kill()
-    received = consume_all(broker.bootstrap, topic, partitions)
-    print(
-        check_acked(received, producer.acked(), partitions),
-        f"(kills at {acked_at_kills}); producer: {summary}",
-    )
-
-
-@pytest.mark.timeout(180)
-def test_corrupt_segment_is_truncated_at_recovery(broker_factory: Any, topic: str) -> None:
-    """Bytes flipped in the middle of a batch (not the last one) of a log whose broker was SIGKILLed:
-    recovery finds the bad CRC, truncates the log there, and serves everything before it; new
-    records continue at the truncation offset."""
-    broker = broker_factory("corrupt")
-    create_classic_topic(broker.bootstrap, topic, 1)
-    batches, per_batch = 40, 25
-    values = [
-        f"corrupt|{i:08d}|".encode() + os.urandom(30).hex().encode() for i in range(batches * per_batch)
-    ]
-    for b in range(batches):
-        chunk = values[b * per_batch : (b + 1) * per_batch]
-        error, base = wire_produce(broker.port, topic, 0, [(f"k{b}".encode(), v) for v in chunk])
-        assert (error, base) == (0, b * per_batch)
-    broker.kill()  # no clean-shutdown marker: recovery runs at the next start
-
-    (d,) = partition_dirs([broker.log_dir], topic).values()
-    (segment,) = segment_files(d)
-    on_disk = read_segment(segment)
-    assert [b.base_offset for b in on_disk] == [b * per_batch for b in range(batches)]
-    # Recovery re-checks from the recovery point on (below it data was fsynced and is trusted, as in
-    # Kafka): corrupt a batch above the checkpointed recovery point.
-    recovery_point = read_offset_checkpoint(broker.log_dir / RECOVERY_POINT_CHECKPOINT).get((topic, 0), 0)
-    candidates = [
-        i for i, b in enumerate(on_disk[:-1]) if b.base_offset >= recovery_point and i >= batches // 2
-    ]
-    assert candidates, f"recovery point {recovery_point} is past every batch; cannot place the corruption"
-    victim = on_disk[candidates[0]]
-    with open(segment, "r+b") as f:
-        middle = victim.position + BATCH_HEADER_SIZE + (victim.size - BATCH_HEADER_SIZE) // 2
-        f.seek(middle)
-        chunk = f.read(8)
-        f.seek(middle)
-        f.write(bytes(c ^ 0xFF for c in chunk))
-
-    broker.start()
-    cut = victim.base_offset
-    assert wire_list_offset(broker.port, topic, 0, -1) == (0, cut), "log end offset after recovery"
-    assert segment.stat().st_size == victim.position, "the segment was not truncated at the corrupt batch"
-    assert f"at position {victim.position}; truncated" in broker.log_path.read_text(), (
-        "recovery did not log the cut"
-    )
-    received = confluent_consume(broker.bootstrap, topic, [0], cut, settle=1.0)
-    assert [r.offset for r in received] == list(range(cut))
-    assert [r.value for r in received] == values[:cut]
-    error, base = wire_produce(broker.port, topic, 0, [(b"after", b"recovery")])
-    assert (error, base) == (0, cut), "the log does not continue at the truncation point"

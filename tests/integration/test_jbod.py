@@ -20,22 +20,19 @@ from typing import Any
 
 import pytest
 
-from tests.integration.test_classic_topics import (
+from tests.support.acked_producer import AckedProducer, check_acked, consume_all
+from tests.support.broker import BrokerProcess, free_port, run_shoal, wait_until
+from tests.support.classic_logs import create_classic_topic, partition_dirs
+from tests.support.failfs import FailingDisk
+from tests.support.kafka_clients import confluent_consume, confluent_produce
+from tests.support.metrics import metric, scrape
+from tests.support.wire_requests import (
     KAFKA_STORAGE_ERROR,
-    create_classic_topic,
-    partition_dirs,
-    run_shoal,
-    wait_until,
     wire_fetch,
     wire_list_offset,
     wire_offline_replicas,
     wire_produce,
 )
-from tests.support.acked_producer import AckedProducer, check_acked, consume_all
-from tests.support.broker import BrokerProcess, free_port
-from tests.support.failfs import FailingDisk
-from tests.support.kafka_clients import confluent_consume, confluent_produce
-from tests.support.metrics import metric, scrape
 from tests.support.workload import check_records, make_workload
 
 STORAGE_EXCEPTION = "org.apache.kafka.common.errors.KafkaStorageException"  # what kafka-log-dirs.sh prints

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import _test_failed
-from tests.integration.test_classic_topics import run_shoal
+from tests.support.broker import run_shoal
 from tests.support.chaos_clients import wait_until
 from tests.support.cluster import Cluster
 from tests.support.kafka_clients import admin_client, confluent_consume

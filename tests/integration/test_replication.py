@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import _test_failed
-from tests.integration.test_classic_topics import wire_produce
 from tests.support.chaos_clients import (
     Acks,
     GroupReader,
@@ -30,6 +29,7 @@ from tests.support.chaos_clients import (
 from tests.support.cluster import Cluster
 from tests.support.kafka_clients import admin_client, confluent_consume
 from tests.support.metrics import metric
+from tests.support.wire_requests import wire_produce
 
 NOT_ENOUGH_REPLICAS = 19
 #: Followers that stop fetching leave the ISR after this long (Kafka's default is 30 s).

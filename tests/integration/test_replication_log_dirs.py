@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import _test_failed
-from tests.integration.test_classic_topics import run_shoal, wire_offline_replicas
 from tests.integration.test_jbod import effective_properties
-from tests.support.broker import BrokerProcess
+from tests.support.broker import BrokerProcess, run_shoal
 from tests.support.chaos_clients import Acks, run_confluent, wait_until
 from tests.support.cluster import Cluster
 from tests.support.failfs import FailingDisk
 from tests.support.kafka_clients import admin_client, confluent_consume
+from tests.support.wire_requests import wire_offline_replicas
 
 TOPIC = "jbod-replicated"
 PARTITIONS = 6

@@ -27,12 +27,12 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import _test_failed
-from tests.integration.test_classic_topics import wire_metadata_topic, wire_produce
 from tests.integration.test_replication import partition_files
 from tests.support.chaos_clients import wait_until
 from tests.support.cluster import Cluster
 from tests.support.kafka_clients import admin_client, confluent_consume
 from tests.support.metrics import metric
+from tests.support.wire_requests import wire_metadata_topic, wire_produce
 
 #: Followers that stop fetching leave the ISR after this long (Kafka's default is 30 s).
 LAG_MS = 3000

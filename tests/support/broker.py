@@ -304,3 +304,24 @@ class BrokerProcess:
                 stamped.append((st.st_mtime_ns, p.name, p))
         return [p for _, _, p in sorted(stamped)]
 
+
+def wait_until(what: str, check: Any, timeout: float, interval: float = 0.2) -> Any:
+    """Poll ``check()`` until it returns something truthy, bounded by ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"{what}: not reached within {timeout}s (last: {last!r})")
+
+
+def run_shoal(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """The ``shoal`` command as an operator runs it (a process, like the broker)."""
+    env = dict(os.environ)
+    src = str(SRC_DIR)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p)
+    return subprocess.run(
+        [sys.executable, "-m", "shoal", *args], capture_output=True, text=True, timeout=timeout, env=env
+    )
