@@ -275,11 +275,13 @@ def test_kip_950_retain_then_delete_then_enable_again(broker_factory: Any, topic
     assert alter(broker, topic_name, **{"retention.bytes": "150000"}) == ""
     wait_until(lambda: list_offset(broker.port, topic_name, -2)[1] > 0, "remote segments expiring", 30)
 
-    # Delete: the remote data goes, the log starts at the local log start.
+    # Delete: the remote data goes, directories included; the log starts at the local log start.
     assert alter(broker, topic_name, **{"remote.storage.enable": "false", "remote.log.delete.on.disable": "true",
                                        "remote.log.copy.disable": "-", "retention.bytes": "-"}) == ""
+    assert broker.objects_dir is not None
     wait_until(lambda: tiered_state(broker, topic_name) == ("DISABLED", "0") and not tiered_objects(broker, topic_name),
                "delete finishing", 30)
+    wait_until(lambda: not list((broker.objects_dir / "tiered").glob(f"{topic_name}-*")), "its directories going", 10)
     local = list_offset(broker.port, topic_name, -4)[1]
     assert list_offset(broker.port, topic_name, -2)[1] == local
 
