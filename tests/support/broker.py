@@ -2,8 +2,10 @@
 
 Tests only ever reach the broker over TCP like any Kafka client does, so the same
 suite checks whatever `python -m shoal broker` really does (no in-process shortcuts).
-Beside it: `wire` (raw requests), `record_batches` (batch encoding, WAL objects), `workload`
-(the sent-versus-read checks) and `kafka_clients` (confluent-kafka produce and consume).
+Also here: `run_shoal` (the `shoal` command as a process) and `wait_until` (bounded polling).
+Beside it: `wire` (raw requests), `wire_requests` (one request, one answer), `record_batches`
+(batch encoding, WAL objects), `classic_logs` (classic topics on disk), `workload` (the
+sent-versus-read checks) and `kafka_clients` (confluent-kafka produce and consume).
 """
 
 from __future__ import annotations
