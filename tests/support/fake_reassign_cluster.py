@@ -2,17 +2,14 @@
 
 It answers the kio request objects the tool sends, after a round trip through the wire encoding
 (so every request is one a broker can decode), and records them, so the tests also pin the wire
-fields the broker side has to match.
+fields the broker side has to match (the round trip and Metadata: fake_cli_wire.py).
 """
 
 from __future__ import annotations
 
 import datetime
-import io
 from dataclasses import dataclass, field
 from typing import Any
-
-from kio.serial import entity_reader, entity_writer
 
 from shoal.cli import reassign
 from shoal.cli.kafka_client import (
@@ -21,22 +18,20 @@ from shoal.cli.kafka_client import (
     PartitionReassignment,
     TopicPartition,
 )
-from shoal.protocol.apis import encode_request, response_class
+from shoal.protocol.apis import response_class
 from shoal.protocol.build import make, nested
 from shoal.protocol.errors import ErrorCode
+from tests.support.fake_cli_wire import (
+    PORT_BASE,
+    Sent,
+    metadata_response,
+    round_trip_request,
+    round_trip_response,
+)
 
 TP = TopicPartition
 
 STATIC_BROKER_CONFIGS = "Broker configs are static in this Shoal version: set them in server.properties or with --override"
-PORT_BASE = 19000
-
-
-@dataclass
-class Sent:
-    node: int
-    api_key: int
-    version: int
-    request: Any
 
 
 @dataclass
@@ -65,30 +60,7 @@ class FakeCluster:
         return handler(cls, req)
 
     def _api_3(self, cls: type, req: Any) -> Any:  # Metadata
-        broker_cls, topic_cls, part_cls = (
-            nested(cls, "MetadataResponseBroker"), nested(cls, "MetadataResponseTopic"),
-            nested(cls, "MetadataResponsePartition"),
-        )
-        names = list(self.topics) if req.topics is None else [t.name for t in req.topics]
-        topics = []
-        for name in names:
-            parts = self.topics.get(name)
-            code = ErrorCode.none if parts is not None else ErrorCode.unknown_topic_or_partition
-            topics.append(make(
-                topic_cls, error_code=code, name=name, topic_id=None, is_internal=False,
-                topic_authorized_operations=-2147483648,
-                partitions=tuple(
-                    make(part_cls, error_code=ErrorCode.none, partition_index=p, leader_id=r[0], leader_epoch=0,
-                         replica_nodes=tuple(r), isr_nodes=tuple(r), offline_replicas=())
-                    for p, r in sorted((parts or {}).items())
-                ),
-            ))
-        return make(
-            cls, throttle_time=datetime.timedelta(0), cluster_id="fake", controller_id=self.controller,
-            brokers=tuple(make(broker_cls, node_id=b, host="h", port=PORT_BASE + b, rack=rack)
-                          for b, rack in self.brokers.items()),
-            topics=tuple(topics), cluster_authorized_operations=-2147483648,
-        )
+        return metadata_response(cls, req, self.topics, self.brokers, self.controller)
 
     def _api_46(self, cls: type, req: Any) -> Any:  # ListPartitionReassignments
         topic_cls, part_cls = nested(cls, "OngoingTopicReassignment"), nested(cls, "OngoingPartitionReassignment")
@@ -172,23 +144,6 @@ class FakeCluster:
         return make(cls, throttle_time=datetime.timedelta(0), error_code=ErrorCode.none, results=tuple(results))
 
 
-def _round_trip_request(request: Any) -> Any:
-    """Encode as the tool's connection does and decode as a broker would."""
-    frame = encode_request(7, reassign.CLIENT_ID, request)[4:]
-    cls = type(request)
-    header, offset = entity_reader(cls.__header_schema__)(frame, 0)
-    assert header.client_id == reassign.CLIENT_ID
-    body, _ = entity_reader(cls)(frame, offset)
-    return body
-
-
-def _round_trip_response(response: Any) -> Any:
-    buffer = io.BytesIO()
-    entity_writer(type(response))(buffer, response)
-    body, _ = entity_reader(type(response))(buffer.getvalue(), 0)
-    return body
-
-
 class FakeConnection:
     def __init__(self, cluster: FakeCluster, node: int) -> None:
         self.cluster = cluster
@@ -202,8 +157,8 @@ class FakeConnection:
 
     def request(self, api_key: int, version: int, request_obj: Any, *, timeout: float | None = None) -> Any:
         assert int(type(request_obj).__api_key__) == api_key and int(type(request_obj).__version__) == version
-        decoded = _round_trip_request(request_obj)
-        return _round_trip_response(self.cluster.handle(self.node, api_key, version, decoded))
+        decoded = round_trip_request(request_obj, reassign.CLIENT_ID)
+        return round_trip_response(self.cluster.handle(self.node, api_key, version, decoded))
 
     def close(self) -> None:
         self.closed = True

@@ -10,14 +10,12 @@ at the leader or a named broker, WriteTxnMarkers ABORT at the leader.
 from __future__ import annotations
 
 import datetime
-import io
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kio.serial import entity_reader, entity_writer
 from typer.testing import CliRunner
 
 from shoal.cli import transactions
@@ -37,23 +35,21 @@ from shoal.cli.transaction_format import (
     open_transactions,
     pretty_table,
 )
-from shoal.protocol.apis import RequestHeader, encode_request, encode_response, response_class
+from shoal.protocol.apis import RequestHeader, encode_response, response_class
 from shoal.protocol.build import make, nested
 from shoal.protocol.errors import ErrorCode
+from tests.support.fake_cli_wire import (
+    PORT_BASE,
+    Sent,
+    metadata_response,
+    round_trip_request,
+    round_trip_response,
+)
 
-PORT_BASE = 19000
 NOW = 1_700_000_000_000
 MINUTE = 60_000
 TP = TopicPartition
 FIND_COORDINATOR = 10
-
-
-@dataclass
-class Sent:
-    node: int
-    api_key: int
-    version: int
-    request: Any
 
 
 @dataclass
@@ -92,29 +88,7 @@ class FakeCluster:
         return getattr(self, f"_api_{api_key}")(response_class(api_key, version), req, node)
 
     def _api_3(self, cls: type, req: Any, node: int) -> Any:  # Metadata
-        broker_cls, topic_cls, part_cls = (
-            nested(cls, "MetadataResponseBroker"), nested(cls, "MetadataResponseTopic"),
-            nested(cls, "MetadataResponsePartition"),
-        )
-        names = list(self.topics) if req.topics is None else [t.name for t in req.topics]
-        topics = []
-        for name in names:
-            parts = self.topics.get(name)
-            code = ErrorCode.none if parts is not None else ErrorCode.unknown_topic_or_partition
-            topics.append(make(
-                topic_cls, error_code=code, name=name, topic_id=None, is_internal=False,
-                topic_authorized_operations=-2147483648,
-                partitions=tuple(
-                    make(part_cls, error_code=ErrorCode.none, partition_index=p, leader_id=r[0], leader_epoch=0,
-                         replica_nodes=tuple(r), isr_nodes=tuple(r), offline_replicas=())
-                    for p, r in sorted((parts or {}).items())
-                ),
-            ))
-        return make(
-            cls, throttle_time=datetime.timedelta(0), cluster_id="fake", controller_id=1,
-            brokers=tuple(make(broker_cls, node_id=b, host="h", port=PORT_BASE + b, rack=None) for b in self.brokers),
-            topics=tuple(topics), cluster_authorized_operations=-2147483648,
-        )
+        return metadata_response(cls, req, self.topics, dict.fromkeys(self.brokers), controller=1)
 
     def _api_10(self, cls: type, req: Any, node: int) -> Any:  # FindCoordinator
         assert req.key_type == 1
@@ -210,22 +184,6 @@ class FakeCluster:
         return encode_response(RequestHeader(65, 0, 7, None), response)[4:]
 
 
-def _round_trip_request(request: Any) -> Any:
-    """Encode as the tool's connection does and decode as a broker would."""
-    frame = encode_request(7, transactions.CLIENT_ID, request)[4:]
-    cls = type(request)
-    header, offset = entity_reader(cls.__header_schema__)(frame, 0)
-    body, _ = entity_reader(cls)(frame, offset)
-    return body
-
-
-def _round_trip_response(response: Any) -> Any:
-    buffer = io.BytesIO()
-    entity_writer(type(response))(buffer, response)
-    body, _ = entity_reader(type(response))(buffer.getvalue(), 0)
-    return body
-
-
 class FakeConnection:
     def __init__(self, cluster: FakeCluster, node: int) -> None:
         self.cluster = cluster
@@ -240,11 +198,13 @@ class FakeConnection:
 
     def request(self, api_key: int, version: int, request_obj: Any, *, timeout: float | None = None) -> Any:
         assert int(type(request_obj).__api_key__) == api_key and int(type(request_obj).__version__) == version
-        return _round_trip_response(self.cluster.handle(self.node, api_key, version, _round_trip_request(request_obj)))
+        return round_trip_response(
+            self.cluster.handle(self.node, api_key, version, round_trip_request(request_obj, transactions.CLIENT_ID))
+        )
 
     def _round_trip(self, request_obj: Any) -> bytes:
         assert int(type(request_obj).__api_key__) == 65
-        return self.cluster.describe_transactions_frame(self.node, _round_trip_request(request_obj))
+        return self.cluster.describe_transactions_frame(self.node, round_trip_request(request_obj, transactions.CLIENT_ID))
 
     def close(self) -> None:
         self.closed = True
