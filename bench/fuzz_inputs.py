@@ -14,6 +14,8 @@ from dataclasses import MISSING, fields
 from functools import cache
 from typing import Any
 
+from shoal.protocol.guard import encode_uvarint
+
 MAX_FRAME = 1 << 20  # largest input: a mutated frame is cut there (the worker's shared "current input" file)
 
 
@@ -102,15 +104,6 @@ def random_entity(cls: type, rng: random.Random, depth: int = 0) -> Any:
                 kafka_type = intro.get_schema_field_type(field)
                 values[field.name] = tuple(random_primitive(kafka_type, rng) for _ in range(count))
     return cls(**values)
-
-
-def encode_uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _top_level_tags_empty(request: Any) -> bool:

@@ -9,10 +9,11 @@ import datetime
 import io
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kio.serial import entity_reader, entity_writer
 
+from shoal.cli.kafka_client import CLIENT_VERSIONS, BrokerConnection
 from shoal.protocol.apis import encode_request
 from shoal.protocol.build import make, nested
 from shoal.protocol.errors import ErrorCode
@@ -44,6 +45,42 @@ def round_trip_response(response: Any) -> Any:
     entity_writer(type(response))(buffer, response)
     body, _ = entity_reader(type(response))(buffer.getvalue(), 0)
     return body
+
+
+class FakeBrokers(Protocol):
+    missing_apis: set[int]
+
+    def handle(self, node: int, api_key: int, version: int, req: Any) -> Any: ...
+
+
+class FakeConnection:
+    """The tool's connection to broker ``node`` of a fake cluster: requests go to
+    ``cluster.handle`` after the wire round trip, answers come back through it."""
+
+    def __init__(
+        self,
+        cluster: FakeBrokers,
+        node: int,
+        client_id: str,
+        versions: Mapping[int, tuple[int, int]] = CLIENT_VERSIONS,
+    ) -> None:
+        self.cluster = cluster
+        self.node = node
+        self.client_id = client_id
+        self.address = f"h:{PORT_BASE + node}"
+        self.closed = False
+        self.api_versions = {k: v for k, v in versions.items() if k not in cluster.missing_apis}
+
+    def version(self, api_key: int) -> int:
+        return BrokerConnection.version(self, api_key)  # type: ignore[arg-type]
+
+    def request(self, api_key: int, version: int, request_obj: Any, *, timeout: float | None = None) -> Any:
+        assert int(type(request_obj).__api_key__) == api_key and int(type(request_obj).__version__) == version
+        decoded = round_trip_request(request_obj, self.client_id)
+        return round_trip_response(self.cluster.handle(self.node, api_key, version, decoded))
+
+    def close(self) -> None:
+        self.closed = True
 
 
 def metadata_response(

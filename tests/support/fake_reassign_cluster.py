@@ -2,7 +2,7 @@
 
 It answers the kio request objects the tool sends, after a round trip through the wire encoding
 (so every request is one a broker can decode), and records them, so the tests also pin the wire
-fields the broker side has to match (the round trip and Metadata: fake_cli_wire.py).
+fields the broker side has to match (the connection, the round trip and Metadata: fake_cli_wire.py).
 """
 
 from __future__ import annotations
@@ -11,10 +11,7 @@ import datetime
 from dataclasses import dataclass, field
 from typing import Any
 
-from shoal.cli import reassign
 from shoal.cli.kafka_client import (
-    CLIENT_VERSIONS,
-    BrokerConnection,
     PartitionReassignment,
     TopicPartition,
 )
@@ -22,11 +19,8 @@ from shoal.protocol.apis import response_class
 from shoal.protocol.build import make, nested
 from shoal.protocol.errors import ErrorCode
 from tests.support.fake_cli_wire import (
-    PORT_BASE,
     Sent,
     metadata_response,
-    round_trip_request,
-    round_trip_response,
 )
 
 TP = TopicPartition
@@ -142,23 +136,3 @@ class FakeCluster:
                                     for tp, fut in replicas
                                 )))
         return make(cls, throttle_time=datetime.timedelta(0), error_code=ErrorCode.none, results=tuple(results))
-
-
-class FakeConnection:
-    def __init__(self, cluster: FakeCluster, node: int) -> None:
-        self.cluster = cluster
-        self.node = node
-        self.address = f"h:{PORT_BASE + node}"
-        self.closed = False
-        self.api_versions = {k: v for k, v in CLIENT_VERSIONS.items() if k not in cluster.missing_apis}
-
-    def version(self, api_key: int) -> int:
-        return BrokerConnection.version(self, api_key)  # type: ignore[arg-type]
-
-    def request(self, api_key: int, version: int, request_obj: Any, *, timeout: float | None = None) -> Any:
-        assert int(type(request_obj).__api_key__) == api_key and int(type(request_obj).__version__) == version
-        decoded = round_trip_request(request_obj, reassign.CLIENT_ID)
-        return round_trip_response(self.cluster.handle(self.node, api_key, version, decoded))
-
-    def close(self) -> None:
-        self.closed = True

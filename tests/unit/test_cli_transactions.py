@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from shoal.cli import transactions
-from shoal.cli.kafka_client import CLIENT_VERSIONS, BrokerConnection, KafkaClient, TopicPartition
+from shoal.cli.kafka_client import CLIENT_VERSIONS, KafkaClient, TopicPartition
 from shoal.cli.kafka_client.transaction_apis import (
     TXN_VERSIONS,
     ProducerState,
@@ -40,10 +40,10 @@ from shoal.protocol.build import make, nested
 from shoal.protocol.errors import ErrorCode
 from tests.support.fake_cli_wire import (
     PORT_BASE,
+    FakeConnection,
     Sent,
     metadata_response,
     round_trip_request,
-    round_trip_response,
 )
 
 NOW = 1_700_000_000_000
@@ -184,38 +184,25 @@ class FakeCluster:
         return encode_response(RequestHeader(65, 0, 7, None), response)[4:]
 
 
-class FakeConnection:
+class TxnConnection(FakeConnection):
+    """Also answers DescribeTransactions, which the tool decodes from the raw frame."""
+
     def __init__(self, cluster: FakeCluster, node: int) -> None:
-        self.cluster = cluster
-        self.node = node
-        self.address = f"h:{PORT_BASE + node}"
-        self.closed = False
         versions = {**CLIENT_VERSIONS, **{k: (lo, hi) for k, (lo, hi, _) in TXN_VERSIONS.items()}}
-        self.api_versions = {k: v for k, v in versions.items() if k not in cluster.missing_apis}
-
-    def version(self, api_key: int) -> int:
-        return BrokerConnection.version(self, api_key)  # type: ignore[arg-type]
-
-    def request(self, api_key: int, version: int, request_obj: Any, *, timeout: float | None = None) -> Any:
-        assert int(type(request_obj).__api_key__) == api_key and int(type(request_obj).__version__) == version
-        return round_trip_response(
-            self.cluster.handle(self.node, api_key, version, round_trip_request(request_obj, transactions.CLIENT_ID))
-        )
+        super().__init__(cluster, node, transactions.CLIENT_ID, versions)
+        self.cluster: FakeCluster = cluster
 
     def _round_trip(self, request_obj: Any) -> bytes:
         assert int(type(request_obj).__api_key__) == 65
-        return self.cluster.describe_transactions_frame(self.node, round_trip_request(request_obj, transactions.CLIENT_ID))
-
-    def close(self) -> None:
-        self.closed = True
+        return self.cluster.describe_transactions_frame(self.node, round_trip_request(request_obj, self.client_id))
 
 
 @pytest.fixture
 def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCluster]:
     fake = FakeCluster()
 
-    def connection(self: KafkaClient, host: str, port: int) -> FakeConnection:
-        return FakeConnection(fake, port - PORT_BASE)
+    def connection(self: KafkaClient, host: str, port: int) -> TxnConnection:
+        return TxnConnection(fake, port - PORT_BASE)
 
     monkeypatch.setattr(KafkaClient, "connection", connection)
     monkeypatch.setattr(transactions, "now_ms", lambda: NOW)

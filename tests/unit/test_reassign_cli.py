@@ -25,7 +25,8 @@ from shoal.cli.kafka_client import (
 )
 from shoal.cli.main import app
 from shoal.protocol.errors import ErrorCode
-from tests.support.fake_reassign_cluster import PORT_BASE, STATIC_BROKER_CONFIGS, FakeCluster, FakeConnection
+from tests.support.fake_cli_wire import PORT_BASE, FakeConnection
+from tests.support.fake_reassign_cluster import STATIC_BROKER_CONFIGS, FakeCluster
 
 TP = TopicPartition
 
@@ -38,7 +39,7 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeCluster]:
         node = port - PORT_BASE
         if node not in fake.brokers:
             raise AssertionError(f"no broker at port {port}")
-        return FakeConnection(fake, node)
+        return FakeConnection(fake, node, reassign.CLIENT_ID)
 
     monkeypatch.setattr(ReassignmentClient, "connection", connection)
     monkeypatch.setattr(reassign, "_START_INDEX", 0)
